@@ -1,0 +1,3 @@
+from export.cli import main
+
+main()

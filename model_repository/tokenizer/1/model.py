@@ -1,0 +1,80 @@
+"""Tokenizer step of the `embed` ensemble (Triton Python backend).
+
+Batching policy: all texts of one execute() call (every request the dynamic batcher
+joined) are padded to one length, the longest in the call rounded up to
+`pad_to_multiple_of`. The encoder's dynamic batcher only joins requests of equal
+shape, so the requests of one tokenizer batch travel on together and form one encoder
+batch, and the rounding lets consecutive tokenizer batches share a shape as well.
+Truncation to the model's maximum length and the pad token are set inside
+tokenizer.json by the export step (the model's own `max_seq_length`).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from tokenizers import Tokenizer
+
+
+def _parameter(config: dict, key: str, default: str) -> str:
+    return config.get("parameters", {}).get(key, {}).get("string_value", default)
+
+
+def _decode_texts(raw: np.ndarray) -> list[str]:
+    """TYPE_STRING arrives as bytes objects; reject non-UTF-8 with the offending position."""
+    texts = []
+    for index, item in enumerate(raw.reshape(-1)):
+        data = item if isinstance(item, bytes) else str(item).encode()
+        try:
+            texts.append(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"TEXT[{index}] is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
+    return texts
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.tokenizer = Tokenizer.from_file(str(version_dir / _parameter(config, "tokenizer_file", "tokenizer.json")))
+        padding = self.tokenizer.padding
+        if not self.tokenizer.truncation or not padding:
+            raise pb_utils.TritonModelException("tokenizer.json lacks truncation or padding settings; re-run `make export`")
+        self.tokenizer.enable_padding(
+            pad_id=padding["pad_id"],
+            pad_token=padding["pad_token"],
+            pad_to_multiple_of=max(1, int(_parameter(config, "pad_to_multiple_of", "16"))),
+        )
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        texts: list[str] = []
+        owners: list[tuple[int, int, int]] = []  # (request index, first text, text count)
+        for index, request in enumerate(requests):
+            raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            try:
+                decoded = _decode_texts(raw)
+            except ValueError as exc:
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                continue
+            owners.append((index, len(texts), len(decoded)))
+            texts.extend(decoded)
+        if not texts:
+            return responses
+
+        encodings = self.tokenizer.encode_batch(texts)  # padded to one length for the whole call
+        input_ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
+        attention_mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
+
+        for index, first, count in owners:
+            rows = slice(first, first + count)
+            responses[index] = pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("INPUT_IDS", input_ids[rows]),
+                    pb_utils.Tensor("ATTENTION_MASK", attention_mask[rows]),
+                ]
+            )
+        return responses

@@ -1,0 +1,1 @@
+"""Serving, client and statistics tools around the Triton model repository."""

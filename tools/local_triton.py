@@ -1,0 +1,316 @@
+"""Start and stop the real `tritonserver` shipped in the nvidia-pytriton wheel.
+
+The wheel carries a genuine Triton (2.51) binary, its Python backend and a Python
+backend stub per Python version. This module assembles a backends folder from those
+pieces plus our Python-based `onnxruntime` backend, so configs that say
+`platform: "onnxruntime_onnx"` run unchanged here and on NVIDIA's container.
+It is used by `python -m tools.serve`, the tests, the tuner and the load tools.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+from tools.repository_check import missing_artifacts
+
+log = logging.getLogger(__name__)
+
+
+class TritonStartError(RuntimeError):
+    """Triton could not be started; the message says why (and shows the log tail)."""
+
+
+@dataclass(frozen=True)
+class TritonInstallation:
+    """Where the pieces of Triton live inside the nvidia-pytriton wheel."""
+
+    root: Path
+
+    @classmethod
+    def find(cls) -> TritonInstallation:
+        try:
+            import pytriton
+        except ImportError as exc:
+            raise TritonStartError(
+                "nvidia-pytriton is not installed in this environment; run `make venv` first"
+            ) from exc
+        root = Path(pytriton.__file__).resolve().parent / "tritonserver"
+        installation = cls(root)
+        if not installation.binary.is_file():
+            raise TritonStartError(f"tritonserver binary not found at {installation.binary}")
+        return installation
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def python_backend(self) -> Path:
+        return self.root / "backends" / "python"
+
+    @property
+    def caches(self) -> Path:
+        return self.root / "caches"
+
+    @property
+    def libraries(self) -> Path:
+        return self.root.parent.parent / "nvidia_pytriton.libs"
+
+    def python_stub(self, version: str = f"{sys.version_info.major}.{sys.version_info.minor}") -> Path:
+        stub = self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
+        if not stub.is_file():
+            raise TritonStartError(f"no Python backend stub for Python {version} in the wheel ({stub})")
+        return stub
+
+
+def assemble_backends(installation: TritonInstallation, destination: Path) -> Path:
+    """Build the `--backend-directory`: the wheel's Python backend with the stub for the
+    running interpreter, plus each Python-based backend of ours (one folder per backend
+    holding a `model.py`). Rebuilt on every start, so edits to our backends apply."""
+    if destination.exists():
+        shutil.rmtree(destination)
+    python_dir = destination / "python"
+    python_dir.mkdir(parents=True)
+    # Copies, not links: Triton refuses backend libraries that resolve outside the folder.
+    for item in installation.python_backend.iterdir():
+        if item.is_file():
+            shutil.copy2(item, python_dir / item.name)
+    shutil.copy2(installation.python_stub(), python_dir / "triton_python_backend_stub")
+    for backend in sorted(BACKENDS_SOURCE.iterdir()):
+        if (backend / "model.py").is_file():
+            target = destination / backend.name
+            target.mkdir()
+            shutil.copy2(backend / "model.py", target / "model.py")
+    return destination
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How to run Triton. Defaults follow Triton's own conventions (ports 8000-8002)
+    but bind to loopback only: exposing the server is an explicit choice."""
+
+    model_repository: Path = MODEL_REPOSITORY
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_control_mode: str = "none"
+    load_models: tuple[str, ...] = ()
+    cache_size_bytes: int = 64 * 1024 * 1024
+    exit_timeout_s: int = 30
+    log_verbose: int = 0
+    extra_args: tuple[str, ...] = ()
+    work_dir: Path = BUILD_DIR / "triton"
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {"HTTP": self.http_port, "gRPC": self.grpc_port, "metrics": self.metrics_port}
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports the OS reports free right now (for tests and side-by-side servers)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def server_environment(installation: TritonInstallation) -> dict[str, str]:
+    """Environment for tritonserver and its Python stubs: the wheel's bundled libraries,
+    this interpreter's libpython first (so stubs embed the same Python as the venv), and
+    the venv's site-packages for the stubs' imports (numpy, onnxruntime, tokenizers)."""
+    env = dict(os.environ)
+    library_dirs = [str(installation.libraries)]
+    libpython_dir = sysconfig.get_config_var("LIBDIR")
+    if libpython_dir:
+        library_dirs.insert(0, libpython_dir)
+    if env.get("LD_LIBRARY_PATH"):
+        library_dirs.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(library_dirs)
+    # The stub starts an isolated interpreter (PYTHONPATH is ignored) named "python3" and
+    # found on PATH; with this interpreter's bin folder first, a venv's pyvenv.cfg applies
+    # and the stub sees the venv's site-packages.
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    return env
+
+
+def build_command(options: ServerOptions, installation: TritonInstallation, backends: Path) -> list[str]:
+    command = [
+        str(installation.binary),
+        f"--model-repository={options.model_repository}",
+        f"--backend-directory={backends}",
+        f"--cache-directory={installation.caches}",
+        f"--cache-config=local,size={options.cache_size_bytes}",
+        f"--http-address={options.host}",
+        f"--http-port={options.http_port}",
+        f"--grpc-address={options.host}",
+        f"--grpc-port={options.grpc_port}",
+        f"--metrics-address={options.host}",
+        f"--metrics-port={options.metrics_port}",
+        "--allow-gpu-metrics=false",
+        f"--model-control-mode={options.model_control_mode}",
+        f"--exit-timeout-secs={options.exit_timeout_s}",
+        f"--log-verbose={options.log_verbose}",
+        "--strict-readiness=true",
+    ]
+    command += [f"--load-model={name}" for name in options.load_models]
+    command += list(options.extra_args)
+    return command
+
+
+@dataclass
+class LocalTriton:
+    """A tritonserver child process. Use as a context manager, or start()/stop()."""
+
+    options: ServerOptions = field(default_factory=ServerOptions)
+    log_path: Path | None = None
+    process: subprocess.Popen | None = field(default=None, init=False)
+
+    def preflight(self) -> None:
+        """Fail before starting when the outcome is already known, with a message a user can act on."""
+        repository = self.options.model_repository
+        if not repository.is_dir():
+            raise TritonStartError(f"model repository {repository} does not exist")
+        missing = missing_artifacts(repository)
+        if missing:
+            names = ", ".join(str(path.relative_to(repository)) for path in missing)
+            raise TritonStartError(f"model repository is not exported yet (missing {names}); run `make export`")
+        for name, port in self.options.ports.items():
+            if port_in_use(self.options.host, port):
+                raise TritonStartError(
+                    f"{name} port {port} on {self.options.host} is already in use; "
+                    "stop the other server or choose another port"
+                )
+
+    def start(self, ready_timeout_s: float = 180.0) -> LocalTriton:
+        self.preflight()
+        installation = TritonInstallation.find()
+        self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        backends = assemble_backends(installation, self.options.work_dir / f"backends-{os.getpid()}-{self.options.http_port}")
+        command = build_command(self.options, installation, backends)
+        log.info("starting %s", " ".join(command))
+        output = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - owned by the process
+        self.process = subprocess.Popen(
+            command,
+            env=server_environment(installation),
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            start_new_session=True,  # signals reach Triton only through stop(), in order
+        )
+        self._backends = backends
+        try:
+            self.wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        url = f"http://{self.options.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                raise TritonStartError(f"tritonserver exited with status {code} during start-up.\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s.\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return "(server output went to the console)"
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "--- last lines of the Triton log ---\n" + "\n".join(text[-lines:])
+
+    def stop(self) -> int | None:
+        """SIGINT (Triton drains in-flight requests up to --exit-timeout-secs), then
+        SIGTERM, then SIGKILL; the process group goes too, so no stub outlives it."""
+        process = self.process
+        if process is None:
+            return None
+        for sig, grace in ((signal.SIGINT, self.options.exit_timeout_s + 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            if process.poll() is not None:
+                break
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                log.warning("tritonserver ignored %s for %s s", sig.name, grace)
+        try:  # stubs left behind in the group (should not happen) go as well
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        shutil.rmtree(getattr(self, "_backends", ""), ignore_errors=True)
+        self.process = None
+        return process.returncode
+
+    def __enter__(self) -> LocalTriton:
+        if self.process is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def describe_endpoints(options: ServerOptions) -> Sequence[str]:
+    return (
+        f"HTTP     http://{options.http_url}   (try: curl {options.http_url}/v2/models/embed/ready)",
+        f"gRPC     {options.grpc_url}",
+        f"metrics  {options.metrics_url}",
+    )

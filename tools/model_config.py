@@ -1,0 +1,88 @@
+"""Read, write and check `config.pbtxt` through Triton's own protobuf schema.
+
+Configs are data: they are parsed into `model_config_pb2.ModelConfig`, changed as
+messages, and written back with `text_format`, never assembled from strings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+ModelConfig = model_config_pb2.ModelConfig
+CONFIG_NAME = "config.pbtxt"
+
+
+def parse_config(text: str) -> ModelConfig:
+    return text_format.Parse(text, ModelConfig())
+
+
+def format_config(config: ModelConfig) -> str:
+    """Text form; `max_batch_size: 0` is kept explicit, since an omitted field reads as 0
+    and hides whether batching was turned off on purpose."""
+    text = text_format.MessageToString(config)
+    if config.max_batch_size == 0 and "max_batch_size" not in text:
+        text = text.replace(f'name: "{config.name}"\n', f'name: "{config.name}"\nmax_batch_size: 0\n', 1)
+    return text
+
+
+def load_config(path: Path) -> ModelConfig:
+    """Load `path` (a config.pbtxt or a model folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    try:
+        return parse_config(path.read_text())
+    except text_format.ParseError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def save_config(config: ModelConfig, path: Path) -> None:
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    path.write_text(format_config(config))
+
+
+def config_from_dict(values: dict) -> ModelConfig:
+    """Validate a plain dict (e.g. from YAML or a JSON override) against the schema."""
+    return json_format.ParseDict(values, ModelConfig())
+
+
+def to_override_json(config: ModelConfig) -> str:
+    """The JSON form that Triton's model-control load API takes as a `config` override."""
+    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
+def batching_problems(config: ModelConfig) -> list[str]:
+    """What is inconsistent in a config's batching settings (empty when none).
+
+    Checked before a config is written or loaded, so a tuner never proposes a variant
+    Triton would refuse (e.g. a preferred size above max_batch_size)."""
+    problems: list[str] = []
+    if not config.HasField("dynamic_batching"):
+        return problems
+    batcher = config.dynamic_batching
+    if config.max_batch_size < 1:
+        problems.append("dynamic_batching needs max_batch_size >= 1")
+    for size in batcher.preferred_batch_size:
+        if size < 1 or size > config.max_batch_size:
+            problems.append(f"preferred_batch_size {size} is outside 1..max_batch_size ({config.max_batch_size})")
+    if list(batcher.preferred_batch_size) != sorted(set(batcher.preferred_batch_size)):
+        problems.append("preferred_batch_size values should be distinct and ascending")
+    if batcher.max_queue_delay_microseconds < 0:
+        problems.append("max_queue_delay_microseconds must not be negative")
+    if batcher.priority_levels:
+        if not 1 <= batcher.default_priority_level <= batcher.priority_levels:
+            problems.append(
+                f"default_priority_level {batcher.default_priority_level} is outside 1..priority_levels ({batcher.priority_levels})"
+            )
+        for level in batcher.priority_queue_policy:
+            if not 1 <= level <= batcher.priority_levels:
+                problems.append(f"priority_queue_policy for level {level} is outside 1..{batcher.priority_levels}")
+    elif batcher.priority_queue_policy:
+        problems.append("priority_queue_policy needs priority_levels")
+    return problems

@@ -1,0 +1,8 @@
+"""Repository locations shared by the tools, the export step and the tests."""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+BUILD_DIR = REPO_ROOT / "build"
+BACKENDS_SOURCE = Path(__file__).resolve().parent / "backends"

@@ -1,0 +1,101 @@
+"""`python -m tools.serve`: run Triton on the model repository in the foreground until Ctrl-C.
+
+The local runtime (the tritonserver binary from the nvidia-pytriton wheel) is the
+default; `--runtime docker` is the production path on GPU hosts (see docker/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.paths import MODEL_REPOSITORY
+
+log = logging.getLogger("serve")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = ServerOptions()
+    parser = argparse.ArgumentParser(prog="python -m tools.serve", description=__doc__)
+    parser.add_argument("--runtime", choices=("local", "docker"), default="local", help="where Triton runs (default: %(default)s)")
+    parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
+    parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the server)")
+    parser.add_argument("--http-port", type=int, default=defaults.http_port)
+    parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port)
+    parser.add_argument("--metrics-port", type=int, default=defaults.metrics_port)
+    parser.add_argument("--model-control-mode", choices=("none", "explicit", "poll"), default=defaults.model_control_mode,
+                        help="'explicit' lets tools reload models with new batching settings")
+    parser.add_argument("--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size")
+    parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
+    parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
+    parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
+    add_verbosity_flags(parser)
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    explicit = args.model_control_mode == "explicit"
+    return ServerOptions(
+        model_repository=args.model_repository.resolve(),
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        model_control_mode=args.model_control_mode,
+        load_models=("*",) if explicit else (),
+        cache_size_bytes=args.cache_size_mb * 1024 * 1024,
+        exit_timeout_s=args.exit_timeout,
+        log_verbose=args.log_verbose,
+    )
+
+
+def serve_local(options: ServerOptions, ready_timeout_s: float) -> int:
+    server = LocalTriton(options)
+    stop_requested: list[int] = []
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stop_requested.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        server.start(ready_timeout_s)
+        log.info("Triton is ready (Ctrl-C to stop):")
+        for line in describe_endpoints(options):
+            log.info("  %s", line)
+        code = server.process.wait()
+        log.error("tritonserver exited on its own with status %s", code)
+        return code or 1
+    except KeyboardInterrupt:
+        log.info("stopping Triton (in-flight requests get up to %d s)", options.exit_timeout_s)
+        code = server.stop()
+        log.info("Triton stopped (status %s)", code)
+        return 0
+    finally:
+        server.stop()
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    if args.runtime == "docker":
+        log.error("the Docker runtime (NGC Triton on GPU hosts) is not available yet; use --runtime local")
+        return 2
+    try:
+        return serve_local(options_from_args(args), args.ready_timeout)
+    except TritonStartError as exc:
+        log.error("%s", exc)
+        return 1
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
