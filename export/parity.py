@@ -23,9 +23,7 @@ log = logging.getLogger(__name__)
 
 MIN_COSINE = 0.9999
 
-_LONG_ENGLISH = " ".join(
-    f"Sentence {i} of a long document about dynamic batching, queue delays and latency budgets." for i in range(60)
-)
+_LONG_ENGLISH = " ".join(f"Sentence {i} of a long document about dynamic batching, queue delays and latency budgets." for i in range(60))
 _LONG_CHINESE = "动态批处理在延迟预算内提高推理吞吐量。" * 40
 
 PARITY_SENTENCES = (

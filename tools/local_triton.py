@@ -46,9 +46,7 @@ class TritonInstallation:
         try:
             import pytriton
         except ImportError as exc:
-            raise TritonStartError(
-                "nvidia-pytriton is not installed in this environment; run `make venv` first"
-            ) from exc
+            raise TritonStartError("nvidia-pytriton is not installed in this environment; run `make venv` first") from exc
         root = Path(pytriton.__file__).resolve().parent / "tritonserver"
         installation = cls(root)
         if not installation.binary.is_file():
@@ -225,8 +223,7 @@ class LocalTriton:
         for name, port in self.options.ports.items():
             if port_in_use(self.options.host, port):
                 raise TritonStartError(
-                    f"{name} port {port} on {self.options.host} is already in use; "
-                    "stop the other server or choose another port"
+                    f"{name} port {port} on {self.options.host} is already in use; stop the other server or choose another port"
                 )
 
     def start(self, ready_timeout_s: float = 180.0) -> LocalTriton:

@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--http-port", type=int, default=defaults.http_port)
     parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port)
     parser.add_argument("--metrics-port", type=int, default=defaults.metrics_port)
-    parser.add_argument("--model-control-mode", choices=("none", "explicit", "poll"), default=defaults.model_control_mode,
-                        help="'explicit' lets tools reload models with new batching settings")
+    parser.add_argument(
+        "--model-control-mode",
+        choices=("none", "explicit", "poll"),
+        default=defaults.model_control_mode,
+        help="'explicit' lets tools reload models with new batching settings",
+    )
     parser.add_argument("--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size")
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")

@@ -29,9 +29,7 @@ def _decode_texts(raw: np.ndarray) -> list[str]:
         try:
             texts.append(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"TEXT[{index}] is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
-            ) from None
+            raise ValueError(f"TEXT[{index}] is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
     return texts
 
 

@@ -1,0 +1,52 @@
+# Everything runs from a project-local virtual environment that the targets create.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUNTIME ?= local
+# Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
+SERVE_ARGS ?=
+EXPORT_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: help venv export serve test lint format clean
+
+help:
+	@echo "make serve     set up .venv, export the model if needed, run Triton (Ctrl-C stops)"
+	@echo "make test      set up .venv, export the model if needed, run the whole test suite"
+	@echo "make export    export the model to model_repository/ (no-op when up to date)"
+	@echo "make lint      ruff check and format check"
+	@echo "make clean     remove build outputs and exported artifacts (keeps .venv)"
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+venv: $(STAMP)
+
+export: $(STAMP)
+	$(PY) -m export $(EXPORT_ARGS)
+
+serve: export
+	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
+
+test: export
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	rm -rf build reports .pytest_cache
+	rm -f model_repository/encoder/1/model.onnx model_repository/encoder/1/export_manifest.json model_repository/tokenizer/1/tokenizer.json
+
+# Targets contributed by feature areas (load tests, monitoring, ...), one file each.
+-include mk/*.mk

@@ -1,0 +1,42 @@
+"""Shared fixtures: the real local Triton on free ports, and the reference model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.paths import MODEL_REPOSITORY
+from tools.repository_check import missing_artifacts
+
+
+def start_triton(log_path: Path, **overrides) -> LocalTriton:
+    """Start Triton on fresh free ports; a failed start raises with the log tail."""
+    missing = missing_artifacts(MODEL_REPOSITORY)
+    if missing:
+        pytest.fail(f"model repository is not exported ({missing[0]}); run `make export` (make test does it)")
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=5, **overrides)
+    return LocalTriton(options, log_path=log_path).start()
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOptions]:
+    """One real Triton for the whole session, serving the committed model repository."""
+    server = start_triton(tmp_path_factory.mktemp("triton") / "triton.log")
+    try:
+        yield server.options
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def reference_model():
+    """sentence-transformers' own model: the ground truth for served embeddings."""
+    from sentence_transformers import SentenceTransformer
+
+    from export.source_model import default_model_dir
+
+    return SentenceTransformer(str(default_model_dir()), device="cpu")
