@@ -1,0 +1,75 @@
+"""What each request carries: texts for the `embed` ensemble, token ids for the `encoder`.
+
+Texts are made unique per request (a counter suffix) unless a repeat share is asked
+for, so the response cache does not answer measurement traffic by accident.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_TEXTS = (
+    "How do I raise inference throughput without breaking the latency budget?",
+    "Dynamic batching joins requests that arrive close together into one execution.",
+    "今天天气很好，我们去公园散步吧。",
+    "The queue delay bounds how long a request waits for others to join its batch.",
+    "A short query",
+    "机器学习模型的推理服务需要低延迟和高吞吐量，动态批处理可以帮助实现这一目标。",
+    "Priority levels let interactive traffic overtake bulk traffic in the queue of the model.",
+    "Where is the nearest train station?",
+)
+
+
+@dataclass
+class Target:
+    """A model plus the factory of its request inputs for one protocol module."""
+
+    model: str
+    outputs: tuple[str, ...]
+    make_inputs: Callable[[object, int], list]
+    describe: str = ""
+    rows_per_request: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+def embed_target(texts_per_request: int = 1, repeat_share: float = 0.0, model: str = "embed", seed: int = 0) -> Target:
+    rng = np.random.default_rng(seed)
+    counter = itertools.count()
+    nonce = secrets.token_hex(4)  # distinct across runs too: earlier runs' texts sit in the cache
+
+    def make_inputs(module, index: int) -> list:
+        rows = []
+        for _ in range(texts_per_request):
+            base = SAMPLE_TEXTS[index % len(SAMPLE_TEXTS)]
+            unique = rng.random() >= repeat_share
+            rows.append([f"{base} #{nonce}-{next(counter)}".encode() if unique else base.encode()])
+        array = np.array(rows, dtype=np.object_)
+        tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
+        tensor.set_data_from_numpy(array)
+        return [tensor]
+
+    return Target(model, ("EMBEDDING",), make_inputs, f"{model}: {texts_per_request} mixed text(s)/request", texts_per_request)
+
+
+def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int = 0, vocabulary: int = 30_000) -> Target:
+    """Full-length token ids (no padding) so every request costs the same compute."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, vocabulary, size=(1, sequence_length), dtype=np.int64)
+    mask = np.ones_like(ids)
+
+    def make_inputs(module, index: int) -> list:
+        tensors = []
+        for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", mask)):
+            tensor = module.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        return tensors
+
+    return Target(
+        model, ("EMBEDDING",), make_inputs, f"{model}: 1 x {sequence_length} tokens/request", 1, {"sequence_length": sequence_length}
+    )
