@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-RUNTIME ?= local
+RUNTIME ?= auto
 # Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
 SERVE_ARGS ?=
 EXPORT_ARGS ?=
@@ -13,9 +13,14 @@ PYTEST_ARGS ?=
 .PHONY: help venv export serve test lint format clean
 
 help:
-	@echo "make serve     set up .venv, export the model if needed, run Triton (Ctrl-C stops)"
+	@echo "make serve     set up .venv, export the model if needed, run Triton (Ctrl-C stops; RUNTIME=local|docker|auto)"
 	@echo "make test      set up .venv, export the model if needed, run the whole test suite"
 	@echo "make export    export the model to model_repository/ (no-op when up to date)"
+	@echo "make tune      tune the encoder's batching for a p99 SLO (TUNE_ARGS=...)"
+	@echo "make bench     side-by-side benchmark report in reports/bench/"
+	@echo "make loadtest  locust load test with an SLO verdict (see loadtest/README.md)"
+	@echo "make metrics   terminal summary of a running server's metrics"
+	@echo "make stop      stop the Docker stack (RUNTIME=docker)"
 	@echo "make lint      ruff check and format check"
 	@echo "make clean     remove build outputs and exported artifacts (keeps .venv)"
 
@@ -33,7 +38,7 @@ export: $(STAMP)
 serve: export
 	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
 
-test: export
+test: export ops-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

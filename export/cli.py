@@ -61,7 +61,13 @@ def run_export(args: argparse.Namespace) -> int:
     from export.serving_tokenizer import serving_tokenizer, write_tokenizer
 
     if args.target == "tensorrt":
-        raise ExportError("TensorRT export needs a GPU host with the `tensorrt` package; it is not available on this machine")
+        from export.tensorrt_engine import TensorRTUnavailable, export_tensorrt
+
+        try:
+            export_tensorrt(args.repository.resolve(), args.encoder, args.tokenizer)
+        except (TensorRTUnavailable, FileNotFoundError, ValueError) as exc:
+            raise ExportError(str(exc)) from exc
+        return 0
     started = time.perf_counter()
     repository = args.repository.resolve()
     model = inspect_model(args.model_dir or default_model_dir())

@@ -39,3 +39,15 @@ def missing_artifacts(repository: Path) -> list[Path]:
         for version in versions:
             missing += [version / name for name in files if not (version / name).is_file()]
     return missing
+
+
+def ensemble_batch_floor(repository: Path, model: str) -> tuple[int, list[str]]:
+    """The smallest max_batch_size `model` may have: Triton refuses an ensemble whose
+    max_batch_size exceeds a step's, so every ensemble using the model sets a floor."""
+    floor, ensembles = 0, []
+    for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
+        config = load_config(model_dir)
+        if config.platform == "ensemble" and any(step.model_name == model for step in config.ensemble_scheduling.step):
+            floor = max(floor, config.max_batch_size)
+            ensembles.append(config.name)
+    return floor, ensembles

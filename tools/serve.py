@@ -1,7 +1,9 @@
 """`python -m tools.serve`: run Triton on the model repository in the foreground until Ctrl-C.
 
-The local runtime (the tritonserver binary from the nvidia-pytriton wheel) is the
-default; `--runtime docker` is the production path on GPU hosts (see docker/).
+The local runtime (the tritonserver binary from the nvidia-pytriton wheel) runs in the
+foreground; `--runtime docker` is the production path on GPU hosts (docker/compose.yaml,
+started detached, stopped by `make stop`). The default, `auto`, takes Docker when a
+Docker engine answers and the local runtime otherwise, and logs which.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
+from tools.docker_runtime import DockerUnavailable, engine_problem, serve_docker
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
+from tools.variant import VariantError
 
 log = logging.getLogger("serve")
 
@@ -22,7 +27,18 @@ log = logging.getLogger("serve")
 def build_parser() -> argparse.ArgumentParser:
     defaults = ServerOptions()
     parser = argparse.ArgumentParser(prog="python -m tools.serve", description=__doc__)
-    parser.add_argument("--runtime", choices=("local", "docker"), default="local", help="where Triton runs (default: %(default)s)")
+    parser.add_argument(
+        "--runtime",
+        choices=("auto", "local", "docker"),
+        default="auto",
+        help="where Triton runs; auto: Docker when a Docker engine answers, otherwise local (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--gpu-variant",
+        choices=("gpu", "tensorrt"),
+        default="gpu",
+        help="docker runtime: the generated repository to serve (tensorrt needs `make export TARGET=tensorrt` first)",
+    )
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--http-port", type=int, default=defaults.http_port)
@@ -87,9 +103,20 @@ def serve_local(options: ServerOptions, ready_timeout_s: float) -> int:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    if args.runtime == "docker":
-        log.error("the Docker runtime (NGC Triton on GPU hosts) is not available yet; use --runtime local")
-        return 2
+    runtime = args.runtime
+    if runtime == "auto":
+        problem = engine_problem()
+        runtime = "local" if problem else "docker"
+        log.info("runtime: %s (%s)", runtime, f"{problem}" if problem else "a Docker engine answers")
+    if runtime == "docker":
+        try:
+            return serve_docker(options_from_args(args), args.ready_timeout, kind=args.gpu_variant)
+        except DockerUnavailable as exc:
+            log.error("%s", exc)
+            return 2
+        except (VariantError, subprocess.CalledProcessError) as exc:
+            log.error("%s", exc)
+            return 1
     try:
         return serve_local(options_from_args(args), args.ready_timeout)
     except TritonStartError as exc:

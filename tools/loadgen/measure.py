@@ -204,6 +204,8 @@ class _Engine:
             late_sends=entries.late,
             max_send_lag_ms=entries.max_lag * 1000.0,
             server={name: ServerWindow.of(last[name] - first[name]) for name in last},
+            run_sent=self.count,
+            run_outcomes={o: entries.outcome.count(o) for o in set(entries.outcome)},
         )
 
 

@@ -99,6 +99,8 @@ class LoadResult:
     late_sends: int  # open loop: arrivals sent more than 10 ms after their scheduled time
     max_send_lag_ms: float
     server: dict[str, ServerWindow] = field(default_factory=dict)
+    run_sent: int = 0  # the whole run, warm-up included: every request sent ...
+    run_outcomes: dict[str, int] = field(default_factory=dict)  # ... and its outcome (nothing left unanswered)
 
     @property
     def error_count(self) -> int:

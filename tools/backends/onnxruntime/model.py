@@ -36,6 +36,17 @@ def _session_options(config: dict) -> ort.SessionOptions:
     return options
 
 
+def _providers(args: dict) -> list:
+    """CUDA for KIND_GPU instances when onnxruntime-gpu is installed (requirements-gpu.txt), else CPU."""
+    if args.get("model_instance_kind") == "GPU":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise pb_utils.TritonModelException(
+                "KIND_GPU instance, but this onnxruntime has no CUDA provider (pip install -r requirements-gpu.txt)"
+            )
+        return [("CUDAExecutionProvider", {"device_id": int(args.get("model_instance_device_id", 0))}), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
 def _stack(arrays: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
     """Concatenate along the batch axis, padding trailing axes with zeros when shapes differ."""
     if all(array.shape[1:] == arrays[0].shape[1:] for array in arrays):
@@ -57,7 +68,7 @@ class TritonPythonModel:
         if not path.is_file():
             raise pb_utils.TritonModelException(f"ONNX model file not found: {path}")
         try:
-            self.session = ort.InferenceSession(str(path), _session_options(config), providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(path), _session_options(config), providers=_providers(args))
         except Exception as exc:  # ONNX Runtime raises its own exception types
             raise pb_utils.TritonModelException(f"cannot load {path}: {exc}") from exc
         self.inputs = [(item["name"], _NUMPY_TYPES[item["data_type"]]) for item in config["input"]]

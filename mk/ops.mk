@@ -1,0 +1,36 @@
+# Operations targets (issue 6): Docker stop, metrics summary, system packages for the ops tests.
+# make stop                       stop the Docker stack started by `make serve RUNTIME=docker`
+# make metrics                    terminal summary of Triton's metrics (METRICS_ARGS="--interval 10")
+# make ops-deps                   apt-install prometheus and docker-compose when missing (tolerates failure)
+# make ops-check                  lint/validate docker/, monitoring/ and deploy/ (no server, no engine)
+# make gpu-variant                generate build/gpu_repository from the committed configs
+METRICS_ARGS ?=
+OPS_APT_PACKAGES := prometheus docker-compose
+
+.PHONY: stop metrics ops-deps ops-check gpu-variant
+
+stop: $(STAMP)
+	$(PY) -m tools.docker_runtime down
+
+metrics: $(STAMP)
+	$(PY) -m tools.metrics_summary $(METRICS_ARGS)
+
+gpu-variant: export
+	$(PY) -m tools.variant --kind gpu
+
+# Debian packages the ops tests use; missing ones are installed when apt-get can (root,
+# package index reachable). A failure only warns: the tests that need them then skip and say why.
+ops-deps:
+	@missing=""; \
+	command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -z "$$missing" ]; then echo "ops-deps: prometheus and docker-compose are installed"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "ops-deps: installing$$missing"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends$$missing ) >/dev/null \
+			|| echo "ops-deps: WARNING: could not install$$missing; the tests that need them will skip"; \
+	else echo "ops-deps: WARNING: no apt-get; install$$missing yourself or the tests that need them skip"; fi
+
+ops-check: $(STAMP) ops-deps
+	$(PY) -m pytest tests/ops -m "not integration" $(PYTEST_ARGS)

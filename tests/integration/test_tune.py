@@ -1,0 +1,44 @@
+"""One short end-to-end tune on the real local Triton (explicit model control)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tools.model_config import batching_problems, load_config
+from tools.paths import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> None:
+    command = [
+        sys.executable, "-m", "tools.tune", "--model", "encoder", "--p99-ms", "5000", "--seq-len", "32",
+        "--strategy", "grid", "--max-batch-sizes", "32", "--delays-us", "0,3000", "--preferred", "none,8",
+        "--concurrency", "4", "--warmup", "0.3", "--window", "1", "--max-windows", "3", "--report-dir", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "winner:" in result.stdout
+    assert result.stdout.count("[trial") >= 4  # the committed config plus 4 candidates (one may equal it)
+
+    trials = json.loads((tmp_path / "trials.json").read_text())
+    assert all(not trial["error"] for trial in trials), "every candidate loaded live"
+    assert {"trials.csv", "summary.json", "config.pbtxt", "latency_vs_throughput.png", "winner_batch_sizes.png"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
+    winner = load_config(tmp_path / "config.pbtxt")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert winner.dynamic_batching.max_queue_delay_microseconds == summary["winner"]["candidate"]["delay_us"]
+    assert batching_problems(winner) == []
+    assert winner.dynamic_batching.priority_levels == 2, "fields the tuner does not sweep are kept"
+
+
+def test_tuning_a_server_without_explicit_model_control_is_refused(triton) -> None:
+    command = [sys.executable, "-m", "tools.tune", "--model", "encoder", "--p99-ms", "100", "--url", triton.http_url]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "explicit model-control mode" in result.stderr

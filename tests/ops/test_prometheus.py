@@ -1,0 +1,187 @@
+"""A real Prometheus (Debian's package) scrapes the real local Triton: every recording rule,
+every dashboard panel query and the HPA adapter's query return data under load."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ops.conftest import K8S_DIR, MONITORING_DIR, run, system_tool
+from tools.embed import EmbeddingClient
+from tools.local_triton import ServerOptions, free_ports
+
+PROMETHEUS_DIR = MONITORING_DIR / "prometheus"
+DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-dynamic-batching.json"
+GPU_ONLY = re.compile(r"\bnv_gpu_")  # Triton exports these only on GPU hosts
+
+
+def recording_rules() -> list[str]:
+    groups = yaml.safe_load((PROMETHEUS_DIR / "rules" / "triton.yml").read_text())["groups"]
+    return [rule["record"] for group in groups for rule in group["rules"] if "record" in rule]
+
+
+def panel_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def adapter_query() -> str:
+    """The HPA's metric exactly as the Prometheus adapter would run it for our scrape job."""
+    rule = yaml.safe_load((K8S_DIR / "prometheus-adapter" / "values.yaml").read_text())["rules"]["custom"][0]
+    return rule["metricsQuery"].replace("<<.GroupBy>>", "instance").replace("<<.LabelMatchers>>", 'job="triton"')
+
+
+def test_rules_and_config_pass_promtool() -> None:
+    promtool = system_tool("promtool", "prometheus")
+    for command in (["check", "config", str(PROMETHEUS_DIR / "prometheus.yml")], ["test", "rules", "triton-alerts.test.yml"]):
+        result = run([promtool, *command], cwd=PROMETHEUS_DIR / "tests")
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def query(base: str, expr: str) -> list:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = json.loads(response.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(triton: ServerOptions, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus with the committed config and rules, aimed at the test Triton, 1 s intervals."""
+    binary = system_tool("prometheus", "prometheus")
+    work = tmp_path_factory.mktemp("prometheus")
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(PROMETHEUS_DIR / path) for path in config["rule_files"]]
+    config["scrape_configs"][0]["static_configs"] = [{"targets": [f"{triton.host}:{triton.metrics_port}"]}]
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    (port,) = free_ports(1)
+    log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (work / "prometheus.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Prometheus was not ready in 30 s:\n" + (work / "prometheus.log").read_text()[-3000:]
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def loaded_prometheus(prometheus: str, triton: ServerOptions) -> Iterator[str]:
+    """Keeps a little concurrent load (fresh and repeated texts) on Triton while the tests query."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def drive(worker: int) -> None:
+        client = EmbeddingClient("http", triton.http_url)
+        count = 0
+        try:
+            while not stop.is_set():
+                text = "a repeated text for the response cache" if count % 3 == 0 else f"worker {worker} text {count} {time.time()}"
+                client.embed([text])
+                count += 1
+        except BaseException as exc:  # surfaced by the tests below
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=drive, args=(i,), daemon=True) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield prometheus
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not errors, errors
+
+
+def wait_for_data(base: str, expressions: list[str], timeout_s: float = 60) -> dict[str, list]:
+    """Poll until every expression returns at least one series; report the empty ones."""
+    results: dict[str, list] = {}
+    deadline = time.monotonic() + timeout_s
+    pending = list(expressions)
+    while pending and time.monotonic() < deadline:
+        for expr in list(pending):
+            results[expr] = query(base, expr)
+            if results[expr]:
+                pending.remove(expr)
+        if pending:
+            time.sleep(1)
+    assert not pending, f"no data after {timeout_s:.0f} s of load for: {pending}"
+    return results
+
+
+pytestmark = pytest.mark.integration
+
+
+def test_prometheus_scrapes_triton(loaded_prometheus: str) -> None:
+    targets = wait_for_data(loaded_prometheus, ['up{job="triton"} == 1'])
+    assert targets
+
+
+def test_every_recording_rule_returns_data_under_load(loaded_prometheus: str) -> None:
+    results = wait_for_data(loaded_prometheus, recording_rules())
+    batch = {series["metric"]["model"]: float(series["value"][1]) for series in results["model:triton_batch_size:avg1m"]}
+    assert set(batch) >= {"encoder", "tokenizer"} and all(value >= 1.0 for value in batch.values())
+
+
+def test_every_dashboard_panel_query_returns_data_under_load(loaded_prometheus: str) -> None:
+    queries = [expr.replace("$model", ".*") for expr in panel_queries()]
+    gpu_only = [expr for expr in queries if GPU_ONLY.search(expr)]
+    assert len(gpu_only) == 2, "only the two GPU panels may lack data on a CPU host"
+    wait_for_data(loaded_prometheus, [expr for expr in queries if expr not in gpu_only])
+
+
+def test_the_hpa_adapter_query_returns_queue_time_per_request(loaded_prometheus: str) -> None:
+    (series,) = wait_for_data(loaded_prometheus, [adapter_query()]).values()
+    assert float(series[0]["value"][1]) >= 0.0
+
+
+def test_all_rules_load_and_evaluate_without_errors(loaded_prometheus: str) -> None:
+    with urllib.request.urlopen(f"{loaded_prometheus}/api/v1/rules", timeout=10) as response:
+        groups = json.loads(response.read())["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert len(rules) == len(recording_rules()) + 2
+    assert all(rule["health"] in ("ok", "unknown") and not rule.get("lastError") for rule in rules), rules
+
+
+def test_dashboard_file_is_the_one_grafana_provisions() -> None:
+    assert Path(DASHBOARD).parent.name == "dashboards"
+    assert json.loads(DASHBOARD.read_text())["uid"] == "triton-dynamic-batching"

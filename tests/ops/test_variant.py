@@ -1,0 +1,88 @@
+"""The GPU model repositories are generated from the committed configs, and stay valid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from tritonclient.grpc import model_config_pb2
+
+from tools.model_config import batching_problems, load_config
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repository_check import missing_artifacts
+from tools.variant import VariantError, variant_config, write_variant
+
+GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
+
+
+def test_gpu_variant_parses_passes_batching_checks_and_has_its_artifacts(tmp_path) -> None:
+    out = tmp_path / "gpu"
+    names = write_variant("gpu", out)
+    assert names == ["embed", "encoder", "tokenizer"]
+    for name in names:
+        config = load_config(out / name)
+        assert batching_problems(config) == []
+    assert missing_artifacts(out) == []
+
+
+def test_only_the_onnx_runtime_model_moves_to_the_gpu_and_batching_is_unchanged(tmp_path) -> None:
+    out = tmp_path / "gpu"
+    write_variant("gpu", out)
+    encoder, committed = load_config(out / "encoder"), load_config(MODEL_REPOSITORY / "encoder")
+    assert [group.kind for group in encoder.instance_group] == [GPU]
+    assert encoder.platform == "onnxruntime_onnx"
+    assert encoder.dynamic_batching == committed.dynamic_batching
+    assert encoder.max_batch_size == committed.max_batch_size
+    assert list(encoder.model_warmup) == list(committed.model_warmup)
+    for name in ("tokenizer", "embed"):
+        assert load_config(out / name) == load_config(MODEL_REPOSITORY / name)
+
+
+def test_tensorrt_variant_switches_the_platform_and_keeps_batching() -> None:
+    committed = load_config(MODEL_REPOSITORY / "encoder")
+    engine = variant_config(committed, "tensorrt")
+    assert engine.platform == "tensorrt_plan"
+    assert [group.kind for group in engine.instance_group] == [GPU]
+    assert engine.dynamic_batching == committed.dynamic_batching
+    assert batching_problems(engine) == []
+    assert variant_config(committed, "tensorrt") is not committed and committed.platform == "onnxruntime_onnx"
+
+
+def test_tensorrt_variant_without_an_engine_says_how_to_build_one(tmp_path) -> None:
+    with pytest.raises(VariantError, match="make export TARGET=tensorrt"):
+        write_variant("tensorrt", tmp_path / "trt")
+
+
+def test_tensorrt_variant_places_a_given_engine_instead_of_the_onnx_file(tmp_path) -> None:
+    plan = tmp_path / "engine.plan"
+    plan.write_bytes(b"not a real engine; placement only")
+    out = tmp_path / "trt"
+    write_variant("tensorrt", out, plans={"encoder": plan})
+    assert (out / "encoder" / "1" / "model.plan").read_bytes() == plan.read_bytes()
+    assert not (out / "encoder" / "1" / "model.onnx").exists()
+    write_variant("tensorrt", out)  # regenerating keeps the engine an export placed there
+    assert (out / "encoder" / "1" / "model.plan").is_file()
+
+
+def test_the_committed_repository_is_never_overwritten() -> None:
+    with pytest.raises(VariantError, match="refusing"):
+        write_variant("gpu", MODEL_REPOSITORY)
+
+
+def test_cli_writes_the_variant_and_fails_non_zero_on_errors(tmp_path) -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "tools.variant", "--kind", "gpu", "--out", str(tmp_path / "gpu")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "encoder: onnxruntime_onnx on KIND_GPU" in ok.stderr
+    failed = subprocess.run(
+        [sys.executable, "-m", "tools.variant", "--kind", "tensorrt", "--out", str(tmp_path / "trt")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode == 1 and "model.plan" in failed.stderr

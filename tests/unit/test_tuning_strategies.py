@@ -1,0 +1,101 @@
+"""Search strategies, driven by a fake measurement function (no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.tuning.objectives import Score
+from tools.tuning.space import Candidate, SearchSpace, apply_candidate, candidate_of, preferred_options
+from tools.tuning.strategies import GridSearch, HillClimb
+
+
+def drive(strategy, measure) -> list[Candidate]:
+    measured = []
+    while batch := strategy.next_candidates():
+        for candidate in batch:
+            assert candidate not in measured, "a candidate is never measured twice"
+            measured.append(candidate)
+            strategy.record(candidate, measure(candidate))
+    return measured
+
+
+def peak_at(mbs: int, delay: int):
+    def measure(candidate: Candidate) -> Score:
+        value = 100 - abs(candidate.max_batch_size - mbs) - abs(candidate.delay_us - delay) / 100 - len(candidate.preferred)
+        return Score(True, value, value, 10.0)
+
+    return measure
+
+
+SPACE = SearchSpace(max_batch_sizes=[1, 2, 4, 8, 16, 32], delays_us=[0, 500, 1000, 2000, 4000, 8000], preferred_styles=("none", "half"))
+
+
+def test_grid_measures_every_candidate_once() -> None:
+    measured = drive(GridSearch(SPACE), peak_at(8, 1000))
+    assert sorted(measured) == sorted(SPACE.candidates())
+    assert len(measured) == len(set(measured))
+
+
+def test_hill_climb_finds_the_peak_of_a_smooth_surface_with_fewer_trials() -> None:
+    measured = drive(HillClimb(SPACE, start=Candidate(1, (), 8000), max_trials=60), peak_at(8, 1000))
+    best = max(measured, key=lambda c: peak_at(8, 1000)(c).value)
+    assert (best.max_batch_size, best.delay_us, best.preferred) == (8, 1000, ())
+    assert len(measured) < len(SPACE.candidates())
+
+
+def test_hill_climb_stops_at_its_trial_budget() -> None:
+    assert len(drive(HillClimb(SPACE, max_trials=5), peak_at(32, 0))) == 5
+
+
+def test_hill_climb_steps_over_a_one_step_dip() -> None:
+    def dip(candidate: Candidate) -> Score:
+        values = {1: 50, 2: 40, 4: 70, 8: 60, 16: 55, 32: 50}
+        return Score(True, values[candidate.max_batch_size] - candidate.delay_us / 1e4, 0, 0)
+
+    measured = drive(HillClimb(SPACE, start=Candidate(1, (), 0)), dip)
+    assert Candidate(4, (), 0) in measured
+
+
+def test_hill_climb_leaves_an_infeasible_start() -> None:
+    def feasible_only_small(candidate: Candidate) -> Score:
+        if candidate.max_batch_size > 4:
+            return Score(False, float("-inf"), 0, 100)
+        return Score(True, candidate.max_batch_size, candidate.max_batch_size, 1)
+
+    measured = drive(HillClimb(SPACE, start=Candidate(32, (), 8000)), feasible_only_small)
+    assert any(c.max_batch_size <= 4 for c in measured)
+
+
+def test_preferred_sizes_never_exceed_max_batch_size() -> None:
+    for candidate in SearchSpace([1, 3, 8, 64], [0], ("none", "max", "half")).candidates():
+        assert all(1 <= size <= candidate.max_batch_size for size in candidate.preferred)
+
+
+def test_unknown_preferred_style_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown preferred-size style"):
+        preferred_options(8, ("quarter",))
+
+
+def test_candidate_applies_to_the_committed_encoder_config_consistently() -> None:
+    from tools.model_config import batching_problems, load_config
+    from tools.paths import MODEL_REPOSITORY
+
+    base = load_config(MODEL_REPOSITORY / "encoder")
+    config = apply_candidate(base, Candidate(4, (2, 4), 750, 2), cpu_count=2)
+    assert config.max_batch_size == 4
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 750
+    assert config.instance_group[0].count == 2
+    assert config.parameters["intra_op_thread_count"].string_value == "1"
+    assert all(w.batch_size <= 4 for w in config.model_warmup)
+    assert config.dynamic_batching.priority_levels == base.dynamic_batching.priority_levels
+    assert batching_problems(config) == []
+    assert candidate_of(config) == Candidate(4, (2, 4), 750, 2)
+
+
+def test_inconsistent_candidate_is_refused_before_loading() -> None:
+    from tools.model_config import load_config
+    from tools.paths import MODEL_REPOSITORY
+
+    with pytest.raises(ValueError, match="preferred_batch_size 8 is outside"):
+        apply_candidate(load_config(MODEL_REPOSITORY / "encoder"), Candidate(4, (8,), 0))

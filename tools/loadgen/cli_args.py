@@ -1,0 +1,62 @@
+"""Command-line options shared by every command that drives load (loadgen, tune, bench)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tools.loadgen.measure import Measurement
+from tools.loadgen.targets import Target, embed_target, encoder_target
+from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
+
+
+def _numbers(text: str, kind: type) -> list:
+    try:
+        return [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed") -> None:
+    target = parser.add_argument_group("target")
+    target.add_argument("--model", default=default_model, help="'embed' (texts) or 'encoder' (token ids); default %(default)s")
+    target.add_argument("--url", default=None, help="HTTP host:port of a running Triton (default: start a local one)")
+    target.add_argument("--grpc-url", default=None, help="gRPC host:port of that server (default: same host, port 8001)")
+    target.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    target.add_argument("--seq-len", type=int, default=128, help="tokens per request for the encoder (default %(default)s)")
+    target.add_argument("--texts-per-request", type=int, default=1, help="rows per embed request")
+    load = parser.add_argument_group("traffic (closed loop: --concurrency; open loop: --rate or --trace)")
+    load.add_argument("--concurrency", type=lambda t: _numbers(t, int), default=None, help="comma list, e.g. 1,4,16")
+    load.add_argument("--rate", type=lambda t: _numbers(t, float), default=None, help="open-loop requests/s, comma list")
+    load.add_argument("--distribution", choices=("poisson", "constant"), default="poisson")
+    load.add_argument("--burst-rate", type=float, default=0.0, help="bursty: alternate --rate and this rate")
+    load.add_argument("--burst-period", type=float, default=4.0, help="bursty: seconds per low+high cycle")
+    load.add_argument("--trace", default=None, help="file of arrival offsets in seconds, one per line")
+    load.add_argument("--priority-mix", default="", help="e.g. 1:0.2,2:0.8 (default: the model's default level)")
+    load.add_argument("--timeout-us", type=int, default=None, help="per-request server-side timeout")
+    window = parser.add_argument_group("measurement")
+    window.add_argument("--warmup", type=float, default=2.0, help="seconds discarded first")
+    window.add_argument("--window", type=float, default=4.0, help="seconds per measurement window")
+    window.add_argument("--max-windows", type=int, default=8)
+    window.add_argument("--stability", type=float, default=0.10, help="allowed spread of the last 3 windows")
+
+
+def traffics_from_args(args: argparse.Namespace) -> list[Traffic]:
+    mix = parse_priority_mix(args.priority_mix)
+    common = {"priority_mix": mix, "timeout_us": args.timeout_us}
+    if args.trace:
+        return [Traffic(trace=load_trace(args.trace), **common)]
+    if args.rate:
+        burst = {"burst_rate": args.burst_rate, "burst_period_s": args.burst_period} if args.burst_rate else {}
+        return [Traffic(rate=rate, distribution=args.distribution, **burst, **common) for rate in args.rate]
+    return [Traffic(concurrency=c, **common) for c in (args.concurrency or [1, 16])]
+
+
+def target_from_args(args: argparse.Namespace) -> Target:
+    if args.model == "encoder" or args.model.startswith("encoder"):
+        return encoder_target(args.seq_len, model=args.model)
+    return embed_target(args.texts_per_request, model=args.model)
+
+
+def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:
+    server_models = models or (("embed", "tokenizer", "encoder") if args.model == "embed" else (args.model,))
+    return Measurement(args.warmup, args.window, 3, args.max_windows, args.stability, server_models)

@@ -1,0 +1,176 @@
+"""`python -m tools.metrics_summary`: the dashboard's figures in the terminal, for users without Grafana.
+
+Reads Triton's Prometheus endpoint (per-model counters, including failure reasons and
+the response cache) and its statistics API (the executed batch-size histogram, which
+the metrics do not carry). Without `--interval` the figures are cumulative since each
+model loaded; with `--interval N` two snapshots N seconds apart are subtracted, so they
+describe only the traffic of that window (the same figures as the recording rules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.stats import ModelStats
+
+log = logging.getLogger("metrics")
+
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples of the Prometheus text format (enough of it for Triton's endpoint)."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match:
+            labels = dict(_LABEL.findall(match["labels"] or ""))
+            samples.append((match["name"], labels, float(match["value"])))
+    return samples
+
+
+@dataclass
+class ModelMetrics:
+    """One model's counters from the metrics endpoint (summed over versions)."""
+
+    values: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    failures: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # reason -> count
+
+    def __sub__(self, earlier: ModelMetrics) -> ModelMetrics:
+        result = ModelMetrics()
+        for key in set(self.values) | set(earlier.values):
+            result.values[key] = self.values.get(key, 0.0) - earlier.values.get(key, 0.0)
+        for key in set(self.failures) | set(earlier.failures):
+            result.failures[key] = self.failures.get(key, 0.0) - earlier.failures.get(key, 0.0)
+        return result
+
+
+def metrics_by_model(text: str) -> dict[str, ModelMetrics]:
+    models: dict[str, ModelMetrics] = defaultdict(ModelMetrics)
+    for name, labels, value in parse_metrics(text):
+        model = labels.get("model")
+        if not model or not name.startswith("nv_"):
+            continue
+        if name == "nv_inference_request_failure":
+            models[model].failures[labels.get("reason", "UNKNOWN")] += value
+        models[model].values[name] += value
+    return dict(models)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    metrics: dict[str, ModelMetrics]
+    stats: dict[str, ModelStats]
+
+
+def fetch_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+def take_snapshot(http_url: str, metrics_url: str) -> Snapshot:
+    metrics = metrics_by_model(fetch_text(metrics_url))
+    stats = {model: ModelStats.fetch(http_url, model) for model in sorted(metrics)}
+    return Snapshot(time.monotonic(), metrics, stats)
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def summary_rows(later: Snapshot, earlier: Snapshot | None = None) -> list[dict[str, object]]:
+    """One row per model: the figures of the recording rules, over the window (or since load)."""
+    rows = []
+    seconds = later.at - earlier.at if earlier else None
+    for model in sorted(later.metrics):
+        metrics = later.metrics[model] - earlier.metrics[model] if earlier and model in earlier.metrics else later.metrics[model]
+        stats = later.stats[model] - earlier.stats[model] if earlier and model in earlier.stats else later.stats[model]
+        v = metrics.values
+        success = v.get("nv_inference_request_success", 0.0)
+        failed = sum(metrics.failures.values())
+        compute = sum(v.get(f"nv_inference_compute_{part}_duration_us", 0.0) for part in ("input", "infer", "output"))
+        hits, misses = v.get("nv_cache_num_hits_per_model", 0.0), v.get("nv_cache_num_misses_per_model", 0.0)
+        top = sorted(stats.batch_executions.items(), key=lambda item: -item[1])[:3]
+        rows.append(
+            {
+                "model": model,
+                "requests": int(success + failed),
+                "req/s": _ratio(success + failed, seconds) if seconds else None,
+                "failed": int(failed),
+                "rejected": int(metrics.failures.get("REJECTED", 0.0)),
+                "avg batch": _ratio(v.get("nv_inference_count", 0.0), v.get("nv_inference_exec_count", 0.0)),
+                "queue ms": _ratio(v.get("nv_inference_queue_duration_us", 0.0), success * 1000),
+                "compute ms": _ratio(compute, success * 1000),
+                "total ms": _ratio(v.get("nv_inference_request_duration_us", 0.0), success * 1000),
+                "cache hit": _ratio(hits, hits + misses) if "nv_cache_num_hits_per_model" in v else None,
+                "pending": int(later.metrics[model].values.get("nv_inference_pending_request_count", 0.0)),
+                "batches (size x n)": " ".join(f"{size}x{count}" for size, count in top) or "-",
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, object]]) -> str:
+    if not rows:
+        return "no model reports metrics yet"
+
+    def cell(value: object) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+        return str(value)
+
+    columns = list(rows[0])
+    table = [columns] + [[cell(row[column]) for column in columns] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(text.rjust(width) if i else text.ljust(width) for i, (text, width) in enumerate(zip(line, widths))) for line in table
+    )
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.metrics_summary", description=__doc__)
+    parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (statistics API)")
+    parser.add_argument("--metrics-url", default="http://127.0.0.1:8002/metrics", help="Triton's Prometheus endpoint")
+    parser.add_argument("--interval", type=float, default=0.0, help="seconds between two snapshots; 0: cumulative since load")
+    add_verbosity_flags(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    try:
+        first = take_snapshot(args.url, args.metrics_url)
+        if args.interval > 0:
+            log.info("measuring for %.0f s ...", args.interval)
+            time.sleep(args.interval)
+            rows = summary_rows(take_snapshot(args.url, args.metrics_url), first)
+            title = f"Triton over the last {args.interval:.0f} s"
+        else:
+            rows = summary_rows(first)
+            title = "Triton since each model loaded (cumulative)"
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        log.error("cannot read Triton's metrics at %s / %s: %s (is the server running? `make serve`)", args.metrics_url, args.url, exc)
+        return 1
+    print(f"{title}; times are per request, ms")
+    print(format_table(rows))
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

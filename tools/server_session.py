@@ -1,0 +1,60 @@
+"""Use a running Triton, or start the local one for the duration of a command.
+
+The load generator, the tuner and the benchmark all accept `--url host:http_port`
+(plus an optional gRPC port); without it they start their own local server on free
+ports, so a one-off command never collides with a `make serve` already running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.paths import BUILD_DIR
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    http_url: str
+    grpc_url: str
+
+    def url_for(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+
+def server_is_ready(http_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=3) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def triton_endpoints(url: str | None, grpc_url: str | None = None, explicit_control: bool = False, **overrides) -> Iterator[Endpoints]:
+    """Yield endpoints of a ready server: the one at `url`, or a local one started here."""
+    if url:
+        if not server_is_ready(url):
+            raise TritonStartError(f"no ready Triton answers at http://{url}")
+        host = url.rsplit(":", 1)[0]
+        yield Endpoints(url, grpc_url or f"{host}:8001")
+        return
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        model_control_mode="explicit" if explicit_control else "none",
+        load_models=("*",) if explicit_control else (),
+        **overrides,
+    )
+    log_path = BUILD_DIR / f"triton-{http}.log"
+    log.info("starting a local Triton on ports %d/%d/%d (log: %s)", http, grpc, metrics, log_path)
+    with LocalTriton(options, log_path=log_path).start() as server:
+        yield Endpoints(server.options.http_url, server.options.grpc_url)

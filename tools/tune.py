@@ -1,0 +1,216 @@
+"""`python -m tools.tune`: the batching config with the most throughput inside a p99 SLO.
+
+For each candidate (max_batch_size, preferred sizes, max_queue_delay_microseconds,
+instance count) the model is reloaded live with a config override, the traffic is
+driven (closed-loop concurrencies or open-loop rates, optional priority mix), and
+client latencies plus the server's batching statistics are recorded. The winner is
+written as a config.pbtxt; a report folder keeps every trial, plots and a checkpoint.
+
+Examples:
+  python -m tools.tune --model encoder --p99-ms 150
+  python -m tools.tune --model encoder --p99-ms 100 --rate 40,80 --strategy grid --delays-us 0,2000,8000
+  python -m tools.tune --model encoder --p99-ms 80 --objective mixed --priority-mix 1:0.2,2:0.8 --apply
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from tools.loadgen.cli_args import _numbers, add_load_arguments, measurement_from_args, target_from_args, traffics_from_args
+from tools.loadgen.measure import run_load
+from tools.local_triton import TritonStartError
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.model_config import load_config, save_config
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repository_check import ensemble_batch_floor
+from tools.server_session import triton_endpoints
+from tools.tuning.curve import encoder_batch, knee, measure_curve
+from tools.tuning.objectives import OBJECTIVES
+from tools.tuning.reload import ReloadError, load_with_config, reloads_refused
+from tools.tuning.report import config_diff, plot_trials, write_trials
+from tools.tuning.session import Checkpoint, Trial, Tuner, best_trial
+from tools.tuning.space import SearchSpace, apply_candidate, candidate_of
+from tools.tuning.strategies import make_strategy
+
+log = logging.getLogger("tune")
+
+PREFERRED_DEFAULT = "none,half"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
+    parser.add_argument("--objective", choices=OBJECTIVES, default="throughput-slo")
+    add_load_arguments(parser, default_model="encoder")
+    parser.set_defaults(concurrency=[4, 16], warmup=1.0, window=2.0, max_windows=4)
+    space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
+    space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
+    space.add_argument("--max-batch-sizes", type=lambda t: _numbers(t, int), default=None)
+    space.add_argument("--delays-us", type=lambda t: _numbers(t, int), default=None)
+    space.add_argument("--preferred", default=PREFERRED_DEFAULT,
+                       help="preferred-size styles: none, max, half, or sizes like 4+8 (default %(default)s, plus the knee)")  # fmt: skip
+    space.add_argument("--instances", type=lambda t: _numbers(t, int), default=[1])
+    search = parser.add_argument_group("search")
+    search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
+    search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
+    search.add_argument("--resume", action="store_true", help="reuse trials from the report folder's checkpoint")
+    output = parser.add_argument_group("output")
+    output.add_argument("--report-dir", type=Path, default=None, help="default reports/tune-<model>")
+    output.add_argument("--output", type=Path, default=None, help="winner config path (default <report-dir>/config.pbtxt)")
+    output.add_argument("--apply", action="store_true", help="also write the winner into model_repository/<model>/config.pbtxt")
+    output.add_argument("--no-plots", action="store_true")
+    add_verbosity_flags(parser)
+    return parser
+
+
+def search_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> SearchSpace:
+    styles = tuple(s.strip() for s in args.preferred.split(",") if s.strip())
+    if args.space:
+        import yaml
+
+        values = yaml.safe_load(args.space.read_text()) or {}
+        values.setdefault("preferred_styles", styles)
+        values["preferred_styles"] = tuple(values["preferred_styles"])
+        return SearchSpace(**values)
+    sizes, delays = args.max_batch_sizes, args.delays_us
+    if sizes is None or delays is None:
+        derived_sizes, derived_delays, knee_size = derive_space(args, http_url, base_max_batch)
+        sizes, delays = sizes or derived_sizes, delays or derived_delays
+        if knee_size and args.preferred == PREFERRED_DEFAULT:
+            styles = (*styles, str(knee_size), f"{knee_size}+{knee_size * 2}")
+    floor, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, args.model)
+    allowed = [size for size in sizes if size >= floor]
+    if len(allowed) < len(sizes):
+        log.info("max_batch_size below %d left out: ensemble(s) %s send up to that many rows per request to %s; "
+                 "smaller executed batches are explored through preferred sizes", floor, ", ".join(ensembles), args.model)  # fmt: skip
+    if not allowed:
+        allowed = [floor]
+    return SearchSpace(allowed, delays, styles, args.instances)
+
+
+def derive_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> tuple[list[int], list[int], int]:
+    """Batch sizes around the knee of the measured curve; delays as fractions of one
+    knee-sized execution (waiting longer than a batch takes rarely pays)."""
+    if not args.model.startswith("encoder"):
+        return [4, 8, 16, 32], [0, 1000, 4000, 10000], 0
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= base_max_batch]
+    log.info("measuring the batch curve of %s at %d tokens (batch sizes %s)", args.model, args.seq_len, sizes)
+    point = knee(measure_curve(http_url, args.model, encoder_batch(args.seq_len), sizes))
+    log.info("knee: batch %d (%.1f ms per execution)", point.batch_size, point.execution_ms)
+    candidates = sorted({max(1, point.batch_size // 2), point.batch_size, point.batch_size * 2, base_max_batch})
+    execution_us = point.execution_ms * 1000
+    delays = sorted({0, *(round(execution_us * f / 100.0) * 100 for f in (0.1, 0.25, 0.5, 1.0))})
+    return candidates, delays, point.batch_size
+
+
+def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
+    s = trial.score
+    state = f"{s.throughput_rps:7.1f} req/s p99 {s.p99_ms:7.1f} ms" if s.feasible else f"infeasible ({s.reason or trial.error})"
+    running = f"best {best.candidate.key} {best.score.throughput_rps:.1f} req/s" if best else "no feasible config yet"
+    print(f"[trial {index:2d}] {trial.candidate.key:34} {state:40} ({trial.seconds:4.0f} s) | {running}", flush=True)
+
+
+def run_tuning(args: argparse.Namespace) -> int:
+    report_dir = args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}"
+    base = load_config(MODEL_REPOSITORY / args.model)
+    target = target_from_args(args)
+    traffics = traffics_from_args(args)
+    measurement = measurement_from_args(args, models=(args.model,))
+    with triton_endpoints(args.url, args.grpc_url, explicit_control=True) as endpoints:
+        try:  # the sweep starts from the committed config, also on a server someone else started
+            load_with_config(endpoints.http_url, args.model, base)
+        except ReloadError as exc:
+            if not reloads_refused(exc):
+                raise
+            log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
+                      endpoints.http_url)  # fmt: skip
+            return 2
+        space = search_space(args, endpoints.http_url, base.max_batch_size)
+        log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s",
+                 space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances)  # fmt: skip
+        settings = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "traffic": [t.label() for t in traffics],
+                    "target": target.describe, "protocol": args.protocol, "space": space.to_dict()}  # fmt: skip
+        checkpoint = Checkpoint(report_dir / "checkpoint.json", settings)
+        if args.resume:
+            log.info("resuming: %d trials from %s", checkpoint.load(), checkpoint.path)
+
+        def measure() -> list:
+            url = endpoints.url_for(args.protocol)
+            return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
+
+        tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config),
+                      args.p99_ms, args.objective, checkpoint)  # fmt: skip
+        baseline = candidate_of(base)
+        strategy = make_strategy(args.strategy, space, baseline, args.max_trials)
+        log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, args.objective, args.p99_ms,
+                 ", ".join(t.label() for t in traffics))  # fmt: skip
+        trials: list[Trial] = []
+        try:
+            committed = tuner.evaluate(baseline)
+            progress_line(0, committed, best_trial([committed]))
+            trials.append(committed)
+            strategy.record(baseline, committed.score)
+            trials += tuner.run(strategy, progress_line)
+        except KeyboardInterrupt:
+            log.warning("interrupted: %d trials kept in %s; rerun with --resume to continue", len(checkpoint.trials), checkpoint.path)
+            return 130
+        finally:
+            try:
+                load_with_config(endpoints.http_url, args.model, base)  # leave the server as we found it
+            except ReloadError as exc:
+                log.error("could not restore the committed config: %s", exc)
+    return write_outputs(args, base, trials, report_dir)
+
+
+def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_dir: Path) -> int:
+    unique = list({t.candidate: t for t in trials}.values())
+    winner = best_trial(unique)
+    write_trials(unique, report_dir, args.model)
+    plots = [] if args.no_plots else plot_trials(unique, winner, report_dir, args.model, args.p99_ms)
+    summary = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "trials": len(unique),
+               "failed_to_load": sum(1 for t in unique if t.error), "winner": winner.to_dict() if winner else None,
+               "committed": unique[0].to_dict() if unique else None}  # fmt: skip
+    (report_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    log.info("report: %s (%s)", report_dir, ", ".join(p.name for p in [report_dir / "trials.csv", *plots]))
+    if winner is None:
+        log.error("no candidate met p99 <= %g ms at any traffic level; relax the SLO or lower the load", args.p99_ms)
+        return 1
+    config = apply_candidate(base, winner.candidate)
+    output = args.output or report_dir / "config.pbtxt"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    save_config(config, output)
+    committed = unique[0]
+    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {winner.score.p99_ms:.1f} ms "
+          f"(committed config: {committed.score.throughput_rps:.1f} req/s, p99 {committed.score.p99_ms:.1f} ms)")  # fmt: skip
+    print(f"winner config written to {output}")
+    diff = config_diff(base, config, f"{args.model}/config.pbtxt")
+    if args.apply:
+        save_config(config, MODEL_REPOSITORY / args.model)
+        print(f"applied to {MODEL_REPOSITORY / args.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
+    return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    try:
+        return run_tuning(args)
+    except TritonStartError as exc:
+        log.error("%s", exc)
+        return 1
+    except (ValueError, ReloadError) as exc:
+        log.error("%s", exc)
+        return 2
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

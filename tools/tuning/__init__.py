@@ -1,0 +1,1 @@
+"""The batching tuner's parts: search space, strategies, objectives, live reloads, reports."""

@@ -1,0 +1,62 @@
+"""How a trial is scored. A trial holds one load result per traffic level.
+
+Presets for the three common situations:
+- `throughput-slo` (default): the most throughput at any level whose p99 meets the SLO.
+- `latency-first` (chat): the lowest mean p99 over the levels, if all meet the SLO.
+- `throughput-first` (offline bulk): the most throughput at any error-free level.
+- `mixed`: priority-1 p99 meets the SLO at a level; the most total throughput there.
+A level with errors other than none never counts as feasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tools.loadgen.report import LoadResult
+
+OBJECTIVES = ("throughput-slo", "latency-first", "throughput-first", "mixed")
+
+
+@dataclass(frozen=True)
+class Score:
+    feasible: bool
+    value: float  # larger is better
+    throughput_rps: float
+    p99_ms: float
+    reason: str = ""
+
+
+def _clean(result: LoadResult) -> bool:
+    return result.sent > 0 and result.error_count == 0 and result.late_sends <= 0.01 * result.sent
+
+
+def _meets(result: LoadResult, p99_ms: float, objective: str) -> bool:
+    if objective == "mixed":
+        interactive = result.per_priority.get(1)
+        return interactive is not None and interactive.latency.count > 0 and interactive.latency.p99_ms <= p99_ms
+    return result.latency.p99_ms <= p99_ms
+
+
+def score(results: list[LoadResult], p99_ms: float, objective: str = "throughput-slo") -> Score:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
+    if not results:
+        return Score(False, float("-inf"), 0.0, 0.0, "not measured")
+    clean = [r for r in results if _clean(r)]
+    if objective == "throughput-first":
+        feasible = clean
+    else:
+        feasible = [r for r in clean if _meets(r, p99_ms, objective)]
+    if not feasible:
+        worst = max(results, key=lambda r: r.latency.p99_ms)
+        reason = "errors or late sends at every level" if not clean else f"p99 above {p99_ms:g} ms at every level"
+        return Score(False, float("-inf"), 0.0, worst.latency.p99_ms, reason)
+    if objective == "latency-first":
+        if len(feasible) < len(results):
+            return Score(False, float("-inf"), 0.0, max(r.latency.p99_ms for r in results), "SLO missed at some level")
+        mean_p99 = sum(r.latency.p99_ms for r in results) / len(results)
+        best = max(results, key=lambda r: r.throughput_rps)
+        return Score(True, -mean_p99, best.throughput_rps, mean_p99)
+    best = max(feasible, key=lambda r: (r.throughput_rps, -r.latency.p99_ms))
+    # ties within 1% of throughput are decided by latency: a small bonus for lower p99
+    return Score(True, best.throughput_rps - 1e-3 * best.latency.p99_ms, best.throughput_rps, best.latency.p99_ms)

@@ -1,0 +1,116 @@
+"""The tuning loop: propose, apply live, measure, feed back, checkpoint.
+
+Every finished trial is appended to a checkpoint file at once; an interrupted sweep
+(Ctrl-C) resumes from it and measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.loadgen.report import LoadResult
+from tools.model_config import ModelConfig
+from tools.tuning.objectives import Score, score
+from tools.tuning.reload import ReloadError
+from tools.tuning.space import Candidate, apply_candidate
+from tools.tuning.strategies import Strategy
+
+log = logging.getLogger("tune")
+
+
+@dataclass
+class Trial:
+    candidate: Candidate
+    score: Score
+    results: list[dict] = field(default_factory=list)  # LoadResult.to_dict() per traffic level
+    error: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "candidate": self.candidate.to_dict(),
+            "key": self.candidate.key,
+            "score": self.score.__dict__,
+            "results": self.results,
+            "error": self.error,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Trial:
+        return cls(
+            Candidate.from_dict(values["candidate"]), Score(**values["score"]), values["results"], values["error"], values["seconds"]
+        )
+
+
+class Checkpoint:
+    """Trials measured so far, keyed by the sweep's settings so a changed sweep starts over."""
+
+    def __init__(self, path: Path, settings: dict) -> None:
+        self.path = path
+        self.settings = json.loads(json.dumps(settings))  # compared with what JSON gives back
+        self.trials: dict[Candidate, Trial] = {}
+
+    def load(self) -> int:
+        if not self.path.is_file():
+            return 0
+        document = json.loads(self.path.read_text())
+        if document.get("settings") != self.settings:
+            log.warning("checkpoint %s was made with other settings; starting over", self.path)
+            return 0
+        for values in document["trials"]:
+            trial = Trial.from_dict(values)
+            self.trials[trial.candidate] = trial
+        return len(self.trials)
+
+    def add(self, trial: Trial) -> None:
+        self.trials[trial.candidate] = trial
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"settings": self.settings, "trials": [t.to_dict() for t in self.trials.values()]}, indent=1))
+        temporary.replace(self.path)
+
+
+@dataclass
+class Tuner:
+    base: ModelConfig
+    measure: Callable[[], list[LoadResult]]  # drives every traffic level against the loaded config
+    apply: Callable[[ModelConfig], None]  # loads a config on the server (raises ReloadError)
+    p99_ms: float
+    objective: str
+    checkpoint: Checkpoint
+
+    def evaluate(self, candidate: Candidate) -> Trial:
+        if candidate in self.checkpoint.trials:
+            return self.checkpoint.trials[candidate]
+        started = time.perf_counter()
+        try:
+            config = apply_candidate(self.base, candidate)
+            self.apply(config)
+            results = self.measure()
+            trial = Trial(candidate, score(results, self.p99_ms, self.objective), [r.to_dict() for r in results])
+        except (ReloadError, ValueError) as exc:
+            trial = Trial(candidate, Score(False, float("-inf"), 0.0, 0.0, "failed to load"), error=str(exc))
+        trial.seconds = time.perf_counter() - started
+        self.checkpoint.add(trial)
+        return trial
+
+    def run(self, strategy: Strategy, progress: Callable[[int, Trial, Trial | None], None]) -> list[Trial]:
+        done: list[Trial] = []
+        while batch := strategy.next_candidates():
+            for candidate in batch:
+                trial = self.evaluate(candidate)
+                strategy.record(candidate, trial.score)
+                done.append(trial)
+                progress(len(done), trial, best_trial(done))
+        return done
+
+
+def best_trial(trials: list[Trial]) -> Trial | None:
+    feasible = [t for t in trials if t.score.feasible]
+    return max(feasible, key=lambda t: t.score.value) if feasible else None

@@ -1,0 +1,114 @@
+"""Candidate batching configs and how they are written into a model config.
+
+Preferred batch sizes are always derived together with max_batch_size (never above
+it), so a candidate can never be one Triton refuses to load, a failure users report
+from tools that sweep the two independently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import asdict, dataclass, field
+
+from tools.model_config import ModelConfig, batching_problems
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    max_batch_size: int
+    preferred: tuple[int, ...]  # () = let the batcher use max_batch_size
+    delay_us: int
+    instances: int = 1
+
+    @property
+    def key(self) -> str:
+        preferred = "+".join(map(str, self.preferred)) or "none"
+        return f"mbs{self.max_batch_size}-pref{preferred}-delay{self.delay_us}-inst{self.instances}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Candidate:
+        return cls(values["max_batch_size"], tuple(values["preferred"]), values["delay_us"], values.get("instances", 1))
+
+
+def preferred_options(max_batch_size: int, styles: tuple[str, ...]) -> list[tuple[int, ...]]:
+    """Preferred-size sets for one max_batch_size. Styles: 'none' (), 'max' (m,),
+    'half' (m/2, m), or explicit sizes such as '4' or '4+8' (sizes above m are dropped)."""
+    options = []
+    for style in styles:
+        if style == "none":
+            options.append(())
+        elif style == "max":
+            options.append((max_batch_size,))
+        elif style == "half":
+            options.append(tuple(sorted({max(1, max_batch_size // 2), max_batch_size})))
+        elif all(part.isdigit() and int(part) > 0 for part in style.split("+")):
+            sizes = tuple(sorted({int(part) for part in style.split("+") if int(part) <= max_batch_size}))
+            if sizes:
+                options.append(sizes)
+        else:
+            raise ValueError(f"unknown preferred-size style {style!r} (use none, max, half or sizes like 4+8)")
+    return list(dict.fromkeys(options))
+
+
+@dataclass
+class SearchSpace:
+    max_batch_sizes: list[int]
+    delays_us: list[int]
+    preferred_styles: tuple[str, ...] = ("none", "half")
+    instances: list[int] = field(default_factory=lambda: [1])
+
+    def __post_init__(self) -> None:
+        if not self.max_batch_sizes or min(self.max_batch_sizes) < 1:
+            raise ValueError("max_batch_sizes must be positive")
+        if not self.delays_us or min(self.delays_us) < 0:
+            raise ValueError("delays must be >= 0 microseconds")
+        if not self.instances or min(self.instances) < 1:
+            raise ValueError("instance counts must be >= 1")
+        self.max_batch_sizes = sorted(set(self.max_batch_sizes))
+        self.delays_us = sorted(set(self.delays_us))
+        self.instances = sorted(set(self.instances))
+
+    def candidates(self) -> list[Candidate]:
+        out = []
+        for mbs, delay, count in itertools.product(self.max_batch_sizes, self.delays_us, self.instances):
+            out += [Candidate(mbs, preferred, delay, count) for preferred in preferred_options(mbs, self.preferred_styles)]
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def apply_candidate(base: ModelConfig, candidate: Candidate, cpu_count: int | None = None) -> ModelConfig:
+    """The base config with the candidate's batching fields; everything else is kept."""
+    config = ModelConfig()
+    config.CopyFrom(base)
+    config.max_batch_size = candidate.max_batch_size
+    batcher = config.dynamic_batching
+    del batcher.preferred_batch_size[:]
+    batcher.preferred_batch_size.extend(candidate.preferred)
+    batcher.max_queue_delay_microseconds = candidate.delay_us
+    if not config.instance_group:
+        config.instance_group.add()
+    for group in config.instance_group:
+        group.count = candidate.instances
+    if candidate.instances > 1:  # share the cores instead of oversubscribing them
+        threads = max(1, (cpu_count or os.cpu_count() or 1) // candidate.instances)
+        config.parameters["intra_op_thread_count"].string_value = str(threads)
+    warmups = [w for w in config.model_warmup if w.batch_size <= candidate.max_batch_size]
+    del config.model_warmup[:]
+    config.model_warmup.extend(warmups)
+    problems = batching_problems(config)
+    if problems:
+        raise ValueError(f"{candidate.key}: {'; '.join(problems)}")
+    return config
+
+
+def candidate_of(config: ModelConfig) -> Candidate:
+    """The committed config as a candidate (the baseline every sweep includes)."""
+    instances = sum(group.count or 1 for group in config.instance_group) or 1
+    batcher = config.dynamic_batching
+    return Candidate(config.max_batch_size, tuple(batcher.preferred_batch_size), batcher.max_queue_delay_microseconds, instances)

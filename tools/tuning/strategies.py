@@ -1,0 +1,161 @@
+"""Search strategies behind one two-method interface (as in Model Analyzer):
+`next_candidates()` proposes what to measure next (empty: done) and
+`record(candidate, score)` feeds the measurement back."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tools.tuning.objectives import Score
+from tools.tuning.space import Candidate, SearchSpace, preferred_options
+
+
+class Strategy(Protocol):
+    name: str
+
+    def next_candidates(self) -> list[Candidate]: ...
+
+    def record(self, candidate: Candidate, score: Score) -> None: ...
+
+
+class GridSearch:
+    """Every candidate of the space, once."""
+
+    name = "grid"
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.pending = space.candidates()
+
+    def next_candidates(self) -> list[Candidate]:
+        batch, self.pending = self.pending, []
+        return batch
+
+    def record(self, candidate: Candidate, score: Score) -> None:
+        pass
+
+
+class HillClimb:
+    """Steepest ascent over the space's axes from a start point.
+
+    Neighbours differ in one axis by one or two steps (two, so one flat or noisy step
+    does not end the climb); a climb ends when no neighbour beats the current point by
+    more than `min_gain` (a plateau). Then it restarts from the point farthest from
+    everything measured, `restarts` times, and always while nothing feasible has been
+    found (a climb that starts deep in SLO breach must not give up there), so one
+    local optimum does not decide the answer. `max_trials` bounds the whole search."""
+
+    name = "hill-climb"
+
+    def __init__(
+        self, space: SearchSpace, start: Candidate | None = None, min_gain: float = 0.02, max_trials: int = 16, restarts: int = 1
+    ) -> None:
+        self.space = space
+        self.restarts = restarts
+        self.min_gain = min_gain
+        self.max_trials = max_trials
+        self.scores: dict[Candidate, Score] = {}
+        self.current = self._snap(start) if start else self._middle()
+        self.finished = False
+
+    def _middle(self) -> Candidate:
+        mbs = self.space.max_batch_sizes[len(self.space.max_batch_sizes) // 2]
+        delay = self.space.delays_us[len(self.space.delays_us) // 2]
+        return Candidate(mbs, preferred_options(mbs, self.space.preferred_styles)[0], delay, self.space.instances[0])
+
+    def _snap(self, candidate: Candidate) -> Candidate:
+        """The nearest point of the space (so the committed config can be the start)."""
+
+        def nearest(values: list[int], value: int) -> int:
+            return min(values, key=lambda v: (abs(v - value), v))
+
+        mbs = nearest(self.space.max_batch_sizes, candidate.max_batch_size)
+        options = preferred_options(mbs, self.space.preferred_styles)
+        preferred = next((p for p in options if p == candidate.preferred), options[0])
+        return Candidate(
+            mbs, preferred, nearest(self.space.delays_us, candidate.delay_us), nearest(self.space.instances, candidate.instances)
+        )
+
+    def neighbours(self, point: Candidate) -> list[Candidate]:
+        space, found = self.space, []
+        axes = {"mbs": space.max_batch_sizes, "delay": space.delays_us, "inst": space.instances}
+        position = {"mbs": point.max_batch_size, "delay": point.delay_us, "inst": point.instances}
+        for axis, values in axes.items():
+            index = values.index(position[axis])
+            for step in (-2, -1, 1, 2):
+                if 0 <= index + step < len(values):
+                    moved = dict(position, **{axis: values[index + step]})
+                    options = preferred_options(moved["mbs"], space.preferred_styles)
+                    style = self._style_index(point)
+                    preferred = options[min(style, len(options) - 1)]
+                    found.append(Candidate(moved["mbs"], preferred, moved["delay"], moved["inst"]))
+        for preferred in preferred_options(point.max_batch_size, space.preferred_styles):
+            if preferred != point.preferred:
+                found.append(Candidate(point.max_batch_size, preferred, point.delay_us, point.instances))
+        return list(dict.fromkeys(found))
+
+    def _style_index(self, point: Candidate) -> int:
+        options = preferred_options(point.max_batch_size, self.space.preferred_styles)
+        return options.index(point.preferred) if point.preferred in options else 0
+
+    def _better(self, a: Candidate, b: Candidate) -> bool:
+        new, old = self.scores[a].value, self.scores[b].value
+        if old == float("-inf"):
+            return new > old
+        return new > old + self.min_gain * abs(old)
+
+    def next_candidates(self) -> list[Candidate]:
+        budget = self.max_trials - len(self.scores)
+        if self.finished or budget <= 0:
+            return []
+        if self.current not in self.scores:
+            return [self.current]
+        around = self.neighbours(self.current)
+        unmeasured = [n for n in around if n not in self.scores]
+        if unmeasured:
+            return unmeasured[:budget]
+        best = max(around, key=lambda c: self.scores[c].value, default=self.current)
+        if best != self.current and self._better(best, self.current):
+            self.current = best
+            return self.next_candidates()
+        feasible_found = any(score.feasible for score in self.scores.values())
+        restart = self._farthest_unmeasured() if (self.restarts > 0 or not feasible_found) else None
+        if restart is None:
+            self.finished = True  # a plateau: no neighbour is clearly better
+            return []
+        self.restarts -= 1
+        self.current = restart
+        return [restart]
+
+    def _coordinates(self, candidate: Candidate) -> tuple[float, ...]:
+        space = self.space
+
+        def position(values: list[int], value: int) -> float:
+            nearest = min(range(len(values)), key=lambda i: abs(values[i] - value))  # off-space points (the baseline)
+            return nearest / max(1, len(values) - 1)
+
+        return (
+            position(space.max_batch_sizes, candidate.max_batch_size),
+            position(space.delays_us, candidate.delay_us),
+            position(space.instances, candidate.instances),
+        )
+
+    def _farthest_unmeasured(self) -> Candidate | None:
+        measured = [self._coordinates(c) for c in self.scores]
+        unmeasured = [c for c in self.space.candidates() if c not in self.scores]
+
+        def distance(candidate: Candidate) -> float:
+            point = self._coordinates(candidate)
+            return min(sum((a - b) ** 2 for a, b in zip(point, other)) for other in measured)
+
+        return max(unmeasured, key=lambda c: (distance(c), c), default=None)
+
+    def record(self, candidate: Candidate, score: Score) -> None:
+        self.scores[candidate] = score
+
+
+def make_strategy(name: str, space: SearchSpace, start: Candidate | None, max_trials: int) -> Strategy:
+    if name == "grid":
+        return GridSearch(space)
+    if name == "hill-climb":
+        return HillClimb(space, start, max_trials=max_trials)
+    raise ValueError(f"unknown strategy {name!r} (grid, hill-climb)")
