@@ -1,0 +1,50 @@
+"""Latency of successful requests only, per locust stats row.
+
+Locust's own percentiles mix in failed requests; under overload those are fast
+rejections that make a class look quicker than the requests it actually served. This
+recorder keeps the successful ones apart and writes `<csv prefix>_success_latency.csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+SUCCESS_SUFFIX = "_success_latency.csv"
+PERCENTILES = (50, 95, 99)
+FIELDS = ("Type", "Name", "Count", *(f"p{p}_ms" for p in PERCENTILES), "Max_ms")
+
+
+class SuccessLatency:
+    def __init__(self) -> None:
+        self.samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+
+    def record(self, request_type: str, name: str, response_time: float, exception: object = None, **_: object) -> None:
+        """An `events.request` listener."""
+        if exception is None:
+            self.samples[(request_type, name)].append(float(response_time))
+
+    def clear(self, **_: object) -> None:
+        self.samples.clear()
+
+    def rows(self) -> list[dict[str, object]]:
+        rows = []
+        for (request_type, name), values in sorted(self.samples.items()):
+            data = np.asarray(values)
+            row: dict[str, object] = {"Type": request_type, "Name": name, "Count": len(values)}
+            for p in PERCENTILES:
+                row[f"p{p}_ms"] = round(float(np.percentile(data, p)), 1)
+            row["Max_ms"] = round(float(data.max()), 1)
+            rows.append(row)
+        return rows
+
+    def write(self, csv_prefix: str) -> Path:
+        path = Path(f"{csv_prefix}{SUCCESS_SUFFIX}")
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(self.rows())
+        return path

@@ -1,0 +1,59 @@
+"""The load options, declared once: locust reads them as its own custom arguments (so they
+appear in `locust --help` and in the web UI), and `python -m loadtest.run` forwards them."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from tools.embed import DEFAULT_URLS
+
+SHAPES = ("steady", "step", "burst", "wave")
+
+
+@dataclass(frozen=True)
+class LoadOption:
+    flag: str
+    default: object
+    help: str
+    type: type = str
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+LOAD_OPTIONS = (
+    LoadOption("--triton-http-url", DEFAULT_URLS["http"], "Triton HTTP endpoint host:port"),
+    LoadOption("--triton-grpc-url", DEFAULT_URLS["grpc"], "Triton gRPC endpoint host:port"),
+    LoadOption("--model", "embed", "model every user calls (TEXT -> EMBEDDING)"),
+    LoadOption("--shape", "steady", "load shape; --users is its peak, --run-time its length", choices=SHAPES),
+    LoadOption("--interactive-weight", 3, "relative share of interactive users", int),
+    LoadOption("--bulk-weight", 1, "relative share of bulk users", int),
+    LoadOption("--interactive-timeout-ms", 200, "server-side queue timeout of interactive requests (0 = none)", int),
+    LoadOption("--bulk-texts", 4, "texts per bulk request", int),
+    LoadOption("--repeat-share", 0.2, "share of requests repeated verbatim (response cache hits)", float),
+    LoadOption("--wait-ms", 100.0, "mean think time per user, exponentially distributed (0 = closed loop)", float),
+    LoadOption("--client-timeout-s", 30.0, "client-side deadline of every request", float),
+    LoadOption("--burst-every-s", 15.0, "burst shape: seconds from one spike to the next", float),
+    LoadOption("--burst-length-s", 5.0, "burst shape: seconds each spike lasts", float),
+    LoadOption("--wave-period-s", 0.0, "wave shape: period (0 = the whole --run-time, or 60 s without one)", float),
+)
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """Works on argparse and on locust's configargparse parser alike."""
+    group = parser.add_argument_group("Triton load options (loadtest/)")
+    for option in LOAD_OPTIONS:
+        group.add_argument(
+            option.flag, type=option.type, default=option.default, choices=option.choices, help=f"{option.help} (default: %(default)s)"
+        )
+
+
+def locust_arguments(args: argparse.Namespace) -> list[str]:
+    """The load options of a parsed namespace as locust command-line arguments."""
+    forwarded = []
+    for option in LOAD_OPTIONS:
+        forwarded += [option.flag, str(getattr(args, option.dest))]
+    return forwarded

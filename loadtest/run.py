@@ -1,0 +1,155 @@
+"""`python -m loadtest.run` (behind `make loadtest`): a bounded locust run against Triton,
+with reports, Triton's batching statistics and an SLO verdict (exit 1 when missed).
+
+Starts a local Triton on the given ports when none answers there, and stops it after.
+Extra locust arguments go after `--`, e.g. `-- --loglevel DEBUG`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from loadtest.options import add_load_options, locust_arguments
+from loadtest.server_stats import Snapshot, format_deltas
+from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
+from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports, port_in_use
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.paths import REPO_ROOT
+
+log = logging.getLogger("loadtest")
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+USERS_BY_PROTOCOL = {
+    "http": ("InteractiveHttpUser", "BulkHttpUser"),
+    "grpc": ("InteractiveGrpcUser", "BulkGrpcUser"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.run", description=__doc__)
+    run = parser.add_argument_group("run")
+    run.add_argument("--users", type=int, default=8, help="users (the peak, for step/burst/wave shapes) (default: %(default)s)")
+    run.add_argument("--spawn-rate", type=float, default=None, help="users started per second (default: all at once)")
+    run.add_argument("--run-time", type=float, default=60.0, help="seconds (default: %(default)s)")
+    run.add_argument("--protocol", choices=("both", "http", "grpc"), default="both", help="(default: %(default)s)")
+    run.add_argument("--report-dir", type=Path, default=None, help="default: reports/loadtest/<time>-<shape>")
+    run.add_argument("--ui", action="store_true", help="locust's web UI instead of headless (Ctrl-C ends it, then the verdict)")
+    run.add_argument("--web-port", type=int, default=8089, help="web UI port with --ui (default: %(default)s)")
+    run.add_argument("--no-start", action="store_true", help="fail instead of starting Triton when none answers")
+    add_load_options(parser)
+    add_slo_arguments(parser)
+    add_verbosity_flags(parser)
+    parser.add_argument("locust_args", nargs=argparse.REMAINDER, help="after `--`: passed to locust unchanged")
+    return parser
+
+
+def server_ready(http_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, _, port = url.rpartition(":")
+    return host, int(port)
+
+
+@contextlib.contextmanager
+def triton_for(args: argparse.Namespace, report_dir: Path) -> Iterator[None]:
+    """Use the server that answers at --triton-http-url, or start one on those ports."""
+    if server_ready(args.triton_http_url):
+        log.info("using the Triton server at %s", args.triton_http_url)
+        yield
+        return
+    if args.no_start:
+        raise TritonStartError(f"no Triton answers at {args.triton_http_url} (and --no-start was given)")
+    host, http_port = _host_port(args.triton_http_url)
+    grpc_host, grpc_port = _host_port(args.triton_grpc_url)
+    if grpc_host != host:
+        raise TritonStartError("to start a local server, the HTTP and gRPC URLs must name the same host")
+    metrics_port = ServerOptions().metrics_port
+    if port_in_use(host, metrics_port):
+        metrics_port = free_ports(1, host)[0]
+    options = ServerOptions(host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, exit_timeout_s=5)
+    log.info("no Triton at %s; starting one (log: %s)", args.triton_http_url, report_dir / "triton.log")
+    with LocalTriton(options, log_path=report_dir / "triton.log").start():
+        yield
+
+
+def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> list[str]:
+    users = [name for protocol in ("http", "grpc") if args.protocol in (protocol, "both") for name in USERS_BY_PROTOCOL[protocol]]
+    users = [name for name in users if (args.interactive_weight if name.startswith("Interactive") else args.bulk_weight) > 0]
+    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE.relative_to(REPO_ROOT))]
+    command += ["--users", str(args.users), "--spawn-rate", str(args.spawn_rate or args.users)]
+    command += ["--csv", str(csv_prefix), "--html", str(html), "--exit-code-on-error", "0"]
+    if args.ui:
+        command += ["--web-host", "127.0.0.1", "--web-port", str(args.web_port)]
+    else:
+        command += ["--headless", "--only-summary", "--run-time", f"{args.run_time:g}s"]
+    command += locust_arguments(args)
+    extra = args.locust_args[1:] if args.locust_args[:1] == ["--"] else args.locust_args
+    return command + extra + users
+
+
+def run_locust(command: list[str]) -> int:
+    log.info("running %s", " ".join(command))
+    process = subprocess.Popen(command, cwd=REPO_ROOT)
+    # Ctrl-C reaches locust (same process group) and ends its run; we wait and report.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return process.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    if args.users < 1 or args.run_time <= 0:
+        log.error("--users must be at least 1 and --run-time positive")
+        return 2
+    report_dir = args.report_dir or REPO_ROOT / "reports" / "loadtest" / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.shape}"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    csv_prefix, html = report_dir / "locust", report_dir / "report.html"
+    slos = slos_from_args(args)
+    try:
+        with triton_for(args, report_dir):
+            before = Snapshot.take(args.triton_http_url)
+            code = run_locust(locust_command(args, csv_prefix, html))
+            deltas = Snapshot.take(args.triton_http_url) - before
+    except (TritonStartError, OSError) as exc:
+        log.error("%s", exc)
+        return 2
+    if code != 0:
+        log.error("locust exited with status %s", code)
+        return 2
+    try:
+        verdict = evaluate(csv_prefix, slos)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        log.error("cannot judge the run: %s", exc)
+        return 2
+    summary = f"{format_deltas(deltas)}\n\n{format_verdict(verdict, slos)}"
+    (report_dir / "verdict.txt").write_text(summary + "\n")
+    print(summary)
+    print(f"reports: {report_dir}/ (report.html, locust_*.csv, verdict.txt)")
+    return 0 if verdict.passed else 1
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+# Load tests with locust (loadtest/README.md). Examples:
+#   make loadtest                                   steady 60 s, 8 users, default SLOs
+#   make loadtest LOADTEST_ARGS="--shape burst --users 32 --run-time 30"
+#   make loadtest-ui                                locust's web UI on http://127.0.0.1:8089
+LOADTEST_ARGS ?=
+
+.PHONY: loadtest loadtest-ui
+
+loadtest: export
+	$(PY) -m loadtest.run $(LOADTEST_ARGS)
+
+loadtest-ui: export
+	$(PY) -m loadtest.run --ui $(LOADTEST_ARGS)
