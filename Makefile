@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME ?= auto
+# Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
+TARGET ?= onnx
 # Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
 SERVE_ARGS ?=
 EXPORT_ARGS ?=
@@ -33,7 +35,7 @@ $(STAMP): requirements.txt
 venv: $(STAMP)
 
 export: $(STAMP)
-	$(PY) -m export $(EXPORT_ARGS)
+	$(PY) -m export --target $(TARGET) $(EXPORT_ARGS)
 
 serve: export
 	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)

@@ -1,0 +1,20 @@
+# Tuning and benchmarking (README: "Tune the batching" and "Benchmark").
+#   make tune                                   hill-climb for the encoder, p99 <= TUNE_P99_MS
+#   make tune TUNE_ARGS="--rate 40,80 --apply"  open-loop traffic; write the winner into model_repository/
+#   make bench                                  side-by-side report in reports/bench/
+#   make loadgen LOADGEN_ARGS="--concurrency 1,16"
+TUNE_P99_MS ?= 250
+TUNE_ARGS ?=
+BENCH_ARGS ?=
+LOADGEN_ARGS ?=
+
+.PHONY: tune bench loadgen
+
+tune: export
+	$(PY) -m tools.tune --model encoder --p99-ms $(TUNE_P99_MS) $(TUNE_ARGS)
+
+bench: export
+	$(PY) -m tools.bench $(BENCH_ARGS)
+
+loadgen: export
+	$(PY) -m tools.loadgen $(LOADGEN_ARGS)

@@ -1,0 +1,35 @@
+"""`make bench`'s harness on a tiny configuration: it runs and writes a well-formed report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tools.paths import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_tiny_benchmark_writes_markdown_and_json(tmp_path) -> None:
+    command = [
+        sys.executable, "-m", "tools.bench", "--seq-len", "16", "--concurrency", "2", "--batch-sizes", "1,4",
+        "--window", "0.6", "--max-windows", "3", "--warmup", "0.3", "--rate", "40", "--no-model-analyzer",
+        "--winner", str(tmp_path / "absent.pbtxt"), "--out", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [p["batch_size"] for p in report["raw_engine"]] == [1, 4]
+    assert all(p["rows_per_s"] > 0 for p in report["raw_engine"])
+    assert set(report["served"]) == {"no dynamic batching", "committed config"}
+    for results in report["served"].values():
+        assert [r["traffic"] for r in results] == ["concurrency 2", "poisson 40 req/s"]
+        assert all(r["throughput_rps"] > 0 and r["outcomes"] == {"ok": r["sent"]} for r in results)
+    assert [r["label"] for r in report["naive_batcher"]][0] == "concurrency 2"
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| no dynamic batching | concurrency 2 |" in markdown
+    assert "dynamic vs no batching at concurrency 2" in markdown
+    assert "no tuner winner" in result.stderr

@@ -1,0 +1,1 @@
+"""`make bench`: the raw engine, Triton's batching configs and a naive batcher, side by side."""

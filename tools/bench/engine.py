@@ -1,0 +1,144 @@
+"""In-process baselines around the same ONNX Runtime session that Triton serves.
+
+The raw batch curve is the ceiling (no RPC, no queue). The naive batcher is the
+"queue + thread + timeout" pattern most tutorials show; in-process it pays no RPC,
+serialisation or process hop, so on a CPU it bounds the cost of serving from below.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tools.loadgen.report import LatencySummary
+
+
+def open_session(model_path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def token_batch(batch_size: int, sequence_length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(1000, 30_000, size=(batch_size, sequence_length), dtype=np.int64)
+    return {"INPUT_IDS": ids, "ATTENTION_MASK": np.ones_like(ids)}
+
+
+@dataclass(frozen=True)
+class EnginePoint:
+    batch_size: int
+    rows_per_s: float
+    execution_ms: float
+
+
+def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds: float = 1.0) -> list[EnginePoint]:
+    points = []
+    for size in batch_sizes:
+        feeds = token_batch(size, sequence_length)
+        session.run(None, feeds)
+        runs, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < min_seconds or runs < 2:
+            session.run(None, feeds)
+            runs += 1
+        points.append(EnginePoint(size, size * runs / elapsed, elapsed / runs * 1000))
+    return points
+
+
+class NaiveBatcher:
+    """One worker thread: take the first request, wait up to `timeout_s` for more (up to
+    `max_batch`), run them as one batch, resolve each request's future."""
+
+    def __init__(self, session, max_batch: int, timeout_s: float) -> None:
+        self.session, self.max_batch, self.timeout_s = session, max_batch, timeout_s
+        self.requests: queue.Queue = queue.Queue()
+        self.batches: list[int] = []
+        self.worker = threading.Thread(target=self._serve, daemon=True)
+        self.worker.start()
+
+    def submit(self, feeds: dict[str, np.ndarray]) -> Future:
+        future: Future = Future()
+        self.requests.put((feeds, future))
+        return future
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.worker.join(timeout=10)
+
+    def _serve(self) -> None:
+        while (first := self.requests.get()) is not None:
+            batch = [first]
+            deadline = time.perf_counter() + self.timeout_s
+            while len(batch) < self.max_batch and (remaining := deadline - time.perf_counter()) > 0:
+                try:
+                    item = self.requests.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                if item is None:
+                    self.requests.put(None)
+                    break
+                batch.append(item)
+            joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
+            outputs = self.session.run(None, joined)[0]
+            self.batches.append(len(batch))
+            for row, (_, future) in enumerate(batch):
+                future.set_result(outputs[row : row + 1])
+
+
+@dataclass(frozen=True)
+class InProcessResult:
+    label: str
+    throughput_rps: float
+    latency: LatencySummary
+    average_batch: float
+
+
+def drive_naive(batcher: NaiveBatcher, sequence_length: int, concurrency: int = 0, arrivals: np.ndarray | None = None,
+                warmup_s: float = 1.0, seconds: float = 6.0) -> InProcessResult:  # fmt: skip
+    """Closed loop with `concurrency` threads, or open loop at the given arrival offsets."""
+    feeds = token_batch(1, sequence_length)
+    records: list[tuple[float, float]] = []
+    lock = threading.Lock()
+    start = time.perf_counter()
+    end = start + warmup_s + seconds
+
+    def record(sent: float) -> None:
+        with lock:
+            records.append((sent, time.perf_counter()))
+
+    if concurrency:
+
+        def client() -> None:
+            while (sent := time.perf_counter()) < end:
+                batcher.submit(feeds).result()
+                record(sent)
+
+        threads = [threading.Thread(target=client) for _ in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        label = f"concurrency {concurrency}"
+    else:
+        futures = []
+        for offset in arrivals[arrivals < warmup_s + seconds]:
+            time.sleep(max(0.0, start + offset - time.perf_counter()))
+            sent = time.perf_counter()
+            future = batcher.submit(feeds)
+            future.add_done_callback(lambda _f, sent=sent: record(sent))
+            futures.append(future)
+        for future in futures:
+            future.result(timeout=120)
+        label = f"poisson {len(arrivals[arrivals < warmup_s + seconds]) / (warmup_s + seconds):.0f} req/s"
+    measured = np.array([(s, d) for s, d in records if s >= start + warmup_s])
+    latencies = measured[:, 1] - measured[:, 0] if len(measured) else np.array([])
+    batch_sizes = batcher.batches[len(batcher.batches) // 4 :] or [0]
+    return InProcessResult(label, len(latencies) / seconds, LatencySummary.of(latencies), float(np.mean(batch_sizes)))

@@ -1,0 +1,69 @@
+"""The benchmark report in Markdown: tables first, then the ratios we quote."""
+
+from __future__ import annotations
+
+
+def _row(cells: list) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _served_best(results: list[dict]) -> float:
+    return max((r["throughput_rps"] for r in results if not r["outcomes"].keys() - {"ok"}), default=0.0)
+
+
+def render_markdown(report: dict) -> str:
+    s = report["settings"]
+    raw = report["raw_engine"]
+    best = max(raw, key=lambda p: p["rows_per_s"])
+    lines = [
+        "# Benchmark: dynamic batching on the local Triton",
+        "",
+        f"Encoder requests of 1 x {s['sequence_length']} tokens; closed loop at concurrency {s['concurrency']} and a Poisson "
+        f"rate of {s['poisson_rate']:g} req/s; windows of {s['window_s']:g} s until 3 agree within 10% (at most "
+        f"{s['max_windows']}). One run, all rows side by side; absolute numbers on a shared 2-core machine drift ~10% between runs.",
+        "",
+        "## Raw engine (in-process ONNX Runtime, the ceiling)",
+        "",
+        _row(["batch size", "rows/s", "ms per batch"]),
+        _row(["---:"] * 3),
+        *[_row([p["batch_size"], f"{p['rows_per_s']:.0f}", f"{p['execution_ms']:.1f}"]) for p in raw],
+        "",
+        "## Served by Triton (gRPC, live config reloads) and the naive in-process batcher",
+        "",
+        _row(["config", "load", "req/s", "p50 ms", "p99 ms", "avg executed batch", "errors"]),
+        _row(["---", "---", "---:", "---:", "---:", "---:", "---:"]),
+    ]
+    for name, results in report["served"].items():
+        for r in results:
+            errors = sum(v for k, v in r["outcomes"].items() if k != "ok")
+            batch = r["server"].get("encoder", {}).get("average_batch_size", 0.0)
+            lines.append(_row([name, r["traffic"], f"{r['throughput_rps']:.1f}", f"{r['latency']['p50_ms']:.1f}",
+                               f"{r['latency']['p99_ms']:.1f}", f"{batch:.2f}", errors]))  # fmt: skip
+    for r in report["naive_batcher"]:
+        lines.append(_row(["naive batcher (in-process)", r["label"], f"{r['throughput_rps']:.1f}", f"{r['latency']['p50_ms']:.1f}",
+                           f"{r['latency']['p99_ms']:.1f}", f"{r['average_batch']:.2f}", 0]))  # fmt: skip
+
+    lines += ["", "## Ratios", ""]
+    served = report["served"]
+    naive_best = max((r["throughput_rps"] for r in report["naive_batcher"]), default=0.0)
+    for name, results in served.items():
+        if not results:
+            lines.append(f"- {name}: failed to load")
+            continue
+        top = _served_best(results)
+        lines.append(
+            f"- {name}: best served {top:.1f} req/s = {top / best['rows_per_s']:.2f} x the raw engine's best "
+            f"({best['rows_per_s']:.0f} rows/s at batch {best['batch_size']}); {top / naive_best:.2f} x the naive batcher's best"
+            if naive_best
+            else f"- {name}: best served {top:.1f} req/s"
+        )
+    if "no dynamic batching" in served and "committed config" in served and served["committed config"]:
+        plain, dynamic = served["no dynamic batching"], served["committed config"]
+        for a, b in zip(plain, dynamic):
+            if a["throughput_rps"]:
+                lines.append(
+                    f"- dynamic vs no batching at {b['traffic']}: throughput x{b['throughput_rps'] / a['throughput_rps']:.2f}, "
+                    f"p99 {b['latency']['p99_ms']:.1f} vs {a['latency']['p99_ms']:.1f} ms"
+                )
+    lines += ["", f"Benchmark took {report['seconds']:.0f} s.", ""]
+    return "\n".join(lines)
