@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from export.errors import ExportError, ParityError
 from export.manifest import MANIFEST_NAME, ExportManifest, file_digest, sources_digest, stale_reasons
 from export.source_model import SourceModelError, default_model_dir, inspect_model
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -18,10 +19,6 @@ from tools.paths import MODEL_REPOSITORY
 log = logging.getLogger("export")
 
 FORMAT_VERSION = 1  # bump when the exported graph or tokenizer settings change meaning
-
-
-class ExportError(RuntimeError):
-    pass
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -141,9 +138,7 @@ def run(argv: list[str] | None = None) -> int:
     except (SourceModelError, ExportError) as exc:
         log.error("%s", exc)
         return 2
-    except Exception as exc:  # parity failures and tracing errors end here with their message
-        if type(exc).__name__ != "ParityError":
-            raise
+    except ParityError as exc:
         log.error("%s", exc)
         return 3
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from export.errors import ParityError
 from export.onnx_graph import INPUT_NAMES, OUTPUT_NAME, PooledEncoder
 from export.serving_tokenizer import tokenize
 from export.source_model import SourceModel
@@ -38,10 +39,6 @@ PARITY_SENTENCES = (
     _LONG_ENGLISH,
     _LONG_CHINESE,
 )
-
-
-class ParityError(RuntimeError):
-    """The exported graph disagrees with the reference; nothing is written."""
 
 
 @dataclass(frozen=True)

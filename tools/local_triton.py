@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.admin_key import HEADER as ADMIN_HEADER
+from tools.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.repository_check import missing_artifacts
 
@@ -114,6 +116,12 @@ class ServerOptions:
     log_verbose: int = 0
     extra_args: tuple[str, ...] = ()
     work_dir: Path = BUILD_DIR / "triton"
+    # Key for the model-control API; None with model control on: a fresh one per start.
+    admin_key: str | None = None
+
+    @property
+    def model_control_enabled(self) -> bool:
+        return self.model_control_mode != "none"
 
     @property
     def ports(self) -> dict[str, int]:
@@ -179,7 +187,10 @@ def server_environment(installation: TritonInstallation) -> dict[str, str]:
     return env
 
 
-def build_command(options: ServerOptions, installation: TritonInstallation, backends: Path) -> list[str]:
+def build_command(options: ServerOptions, installation: TritonInstallation, backends: Path, admin_key: str | None = None) -> list[str]:
+    """The tritonserver command line; with model control on, the repository API needs `admin_key`."""
+    if options.model_control_enabled and not admin_key:
+        raise TritonStartError("model control is enabled: an admin key must restrict the model-repository API")
     command = [
         str(installation.binary),
         f"--model-repository={options.model_repository}",
@@ -199,6 +210,8 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
         "--strict-readiness=true",
     ]
     command += [f"--load-model={name}" for name in options.load_models]
+    if admin_key:
+        command += restricted_api_flags(admin_key)
     command += list(options.extra_args)
     return command
 
@@ -210,6 +223,8 @@ class LocalTriton:
     options: ServerOptions = field(default_factory=ServerOptions)
     log_path: Path | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
+    admin_key: str | None = field(default=None, init=False, repr=False)
+    admin_key_file: Path | None = field(default=None, init=False)
 
     def preflight(self) -> None:
         """Fail before starting when the outcome is already known, with a message a user can act on."""
@@ -231,8 +246,12 @@ class LocalTriton:
         installation = TritonInstallation.find()
         self.options.work_dir.mkdir(parents=True, exist_ok=True)
         backends = assemble_backends(installation, self.options.work_dir / f"backends-{os.getpid()}-{self.options.http_port}")
-        command = build_command(self.options, installation, backends)
-        log.info("starting %s", " ".join(command))
+        if self.options.model_control_enabled:
+            self.admin_key = self.options.admin_key or generate_key()
+            self.admin_key_file = write_key_file(self.options.work_dir / f"admin-key-{self.options.http_port}", self.admin_key)
+            log.info("model-control API restricted; its key is in %s (header %r)", self.admin_key_file, ADMIN_HEADER)
+        command = build_command(self.options, installation, backends, self.admin_key)
+        log.info("starting %s", " ".join(redact(command, self.admin_key)))
         output = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
             command,
@@ -271,6 +290,32 @@ class LocalTriton:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "--- last lines of the Triton log ---\n" + "\n".join(text[-lines:])
 
+    def pending_requests(self) -> int:
+        """Requests queued in any model right now (Triton's pending-request gauge)."""
+        with urllib.request.urlopen(self.options.metrics_url, timeout=2) as response:
+            text = response.read().decode()
+        gauges = [line for line in text.splitlines() if line.startswith("nv_inference_pending_request_count{")]
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in gauges)
+
+    def drain(self, timeout_s: float, quiet_polls: int = 5, interval_s: float = 0.05) -> bool:
+        """Wait until no model has queued requests (several polls in a row) before stopping.
+
+        Triton's own shutdown finishes the executions in flight but refuses every new
+        request at once, and inside an ensemble the hand-over from one step to the next
+        is a new request: without this wait, a request between tokenizer and encoder at
+        SIGTERM fails with "Server is stopping". True when the queues went quiet in time."""
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while time.monotonic() < deadline and self.process is not None and self.process.poll() is None:
+            try:
+                quiet = quiet + 1 if self.pending_requests() == 0 else 0
+            except (OSError, ValueError, IndexError):
+                return False
+            if quiet >= quiet_polls:
+                return True
+            time.sleep(interval_s)
+        return False
+
     def stop(self) -> int | None:
         """SIGINT (Triton drains in-flight requests up to --exit-timeout-secs), then
         SIGTERM, then SIGKILL; the process group goes too, so no stub outlives it."""
@@ -293,8 +338,19 @@ class LocalTriton:
         except (ProcessLookupError, PermissionError):
             pass
         shutil.rmtree(getattr(self, "_backends", ""), ignore_errors=True)
+        if self.admin_key_file:
+            self.admin_key_file.unlink(missing_ok=True)
         self.process = None
         return process.returncode
+
+    @property
+    def admin_headers(self) -> dict[str, str] | None:
+        """Headers for model-control calls (load/unload/index) to this server."""
+        return headers_for(self.admin_key)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
 
     def __enter__(self) -> LocalTriton:
         if self.process is None:

@@ -13,9 +13,13 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from tools.admin_key import HEADER as ADMIN_HEADER
+from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
 from tools.docker_runtime import DockerUnavailable, engine_problem, serve_docker
+from tools.health_watch import HealthWatch, reload_model
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
@@ -54,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
     parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
+    parser.add_argument(
+        "--health-watch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="local runtime: bring back a model whose backend stub died (reload in explicit mode, else restart Triton)",
+    )
+    parser.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
+    add_admin_key_arguments(parser)
     add_verbosity_flags(parser)
     return parser
 
@@ -71,15 +83,32 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         cache_size_bytes=args.cache_size_mb * 1024 * 1024,
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
+        admin_key=key_from_args(args) if explicit else None,
     )
 
 
-def serve_local(options: ServerOptions, ready_timeout_s: float) -> int:
-    server = LocalTriton(options)
-    stop_requested: list[int] = []
+def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event) -> HealthWatch:
+    """Explicit mode: reload the model whose stub died. Otherwise: ask for a restart."""
+    options = server.options
+
+    def recover(model: str) -> None:
+        if options.model_control_enabled:
+            reload_model(options.http_url, model, options.model_repository, server.admin_headers)
+        else:
+            log.error("no model control: restarting Triton to bring %s back", model)
+            restart.set()
+
+    return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
+
+
+def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0) -> int:
+    """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
+    With a watch interval, a dead backend stub is recovered (see tools.health_watch)."""
+    server = LocalTriton(options, log_path=None)
+    restart = threading.Event()
+    watch: HealthWatch | None = None
 
     def request_stop(signum: int, _frame: object) -> None:
-        stop_requested.append(signum)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, request_stop)
@@ -88,15 +117,33 @@ def serve_local(options: ServerOptions, ready_timeout_s: float) -> int:
         log.info("Triton is ready (Ctrl-C to stop):")
         for line in describe_endpoints(options):
             log.info("  %s", line)
-        code = server.process.wait()
-        log.error("tritonserver exited on its own with status %s", code)
-        return code or 1
+        if server.admin_key_file:
+            log.info("  model control: send header %r with the key in %s", ADMIN_HEADER, server.admin_key_file)
+        while True:
+            if watch_interval_s and watch is None:
+                watch = start_watch(server, watch_interval_s, restart)
+            if server.process.poll() is not None:
+                log.error("tritonserver exited on its own with status %s", server.process.returncode)
+                return server.process.returncode or 1
+            if restart.wait(0.5):
+                watch.stop()
+                watch = None
+                restart.clear()
+                server.stop()
+                server.start(ready_timeout_s)
+                log.info("Triton restarted and ready")
     except KeyboardInterrupt:
+        if watch:
+            watch.stop()
         log.info("stopping Triton (in-flight requests get up to %d s)", options.exit_timeout_s)
+        if server.process is not None and not server.drain(options.exit_timeout_s):
+            log.warning("requests were still queued after %d s; stopping anyway", options.exit_timeout_s)
         code = server.stop()
         log.info("Triton stopped (status %s)", code)
         return 0
     finally:
+        if watch:
+            watch.stop()
         server.stop()
 
 
@@ -118,8 +165,8 @@ def run(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return 1
     try:
-        return serve_local(options_from_args(args), args.ready_timeout)
-    except TritonStartError as exc:
+        return serve_local(options_from_args(args), args.ready_timeout, args.health_interval if args.health_watch else None)
+    except (TritonStartError, AdminKeyError) as exc:
         log.error("%s", exc)
         return 1
 

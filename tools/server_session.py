@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tools.admin_key import headers_for
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
 from tools.paths import BUILD_DIR
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 class Endpoints:
     http_url: str
     grpc_url: str
+    headers: dict[str, str] | None = None  # for the model-control API (the admin key), when restricted
 
     def url_for(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
@@ -37,13 +39,16 @@ def server_is_ready(http_url: str) -> bool:
 
 
 @contextlib.contextmanager
-def triton_endpoints(url: str | None, grpc_url: str | None = None, explicit_control: bool = False, **overrides) -> Iterator[Endpoints]:
-    """Yield endpoints of a ready server: the one at `url`, or a local one started here."""
+def triton_endpoints(
+    url: str | None, grpc_url: str | None = None, explicit_control: bool = False, admin_key: str | None = None, **overrides
+) -> Iterator[Endpoints]:
+    """Yield endpoints of a ready server: the one at `url` (whose model-control key, if
+    any, is `admin_key`), or a local one started here (with a fresh key of its own)."""
     if url:
         if not server_is_ready(url):
             raise TritonStartError(f"no ready Triton answers at http://{url}")
         host = url.rsplit(":", 1)[0]
-        yield Endpoints(url, grpc_url or f"{host}:8001")
+        yield Endpoints(url, grpc_url or f"{host}:8001", headers_for(admin_key))
         return
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(
@@ -57,4 +62,4 @@ def triton_endpoints(url: str | None, grpc_url: str | None = None, explicit_cont
     log_path = BUILD_DIR / f"triton-{http}.log"
     log.info("starting a local Triton on ports %d/%d/%d (log: %s)", http, grpc, metrics, log_path)
     with LocalTriton(options, log_path=log_path).start() as server:
-        yield Endpoints(server.options.http_url, server.options.grpc_url)
+        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_headers)

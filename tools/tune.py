@@ -20,7 +20,8 @@ import logging
 import sys
 from pathlib import Path
 
-from tools.loadgen.cli_args import _numbers, add_load_arguments, measurement_from_args, target_from_args, traffics_from_args
+from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, number_list, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
 from tools.local_triton import TritonStartError
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -46,14 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--objective", choices=OBJECTIVES, default="throughput-slo")
     add_load_arguments(parser, default_model="encoder")
+    add_admin_key_arguments(parser)
     parser.set_defaults(concurrency=[4, 16], warmup=1.0, window=2.0, max_windows=4)
     space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
-    space.add_argument("--max-batch-sizes", type=lambda t: _numbers(t, int), default=None)
-    space.add_argument("--delays-us", type=lambda t: _numbers(t, int), default=None)
+    space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
+    space.add_argument("--delays-us", type=lambda t: number_list(t, int), default=None)
     space.add_argument("--preferred", default=PREFERRED_DEFAULT,
                        help="preferred-size styles: none, max, half, or sizes like 4+8 (default %(default)s, plus the knee)")  # fmt: skip
-    space.add_argument("--instances", type=lambda t: _numbers(t, int), default=[1])
+    space.add_argument("--instances", type=lambda t: number_list(t, int), default=[1])
     search = parser.add_argument_group("search")
     search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
     search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
@@ -120,9 +122,9 @@ def run_tuning(args: argparse.Namespace) -> int:
     target = target_from_args(args)
     traffics = traffics_from_args(args)
     measurement = measurement_from_args(args, models=(args.model,))
-    with triton_endpoints(args.url, args.grpc_url, explicit_control=True) as endpoints:
+    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
         try:  # the sweep starts from the committed config, also on a server someone else started
-            load_with_config(endpoints.http_url, args.model, base)
+            load_with_config(endpoints.http_url, args.model, base, endpoints.headers)
         except ReloadError as exc:
             if not reloads_refused(exc):
                 raise
@@ -142,7 +144,7 @@ def run_tuning(args: argparse.Namespace) -> int:
             url = endpoints.url_for(args.protocol)
             return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
 
-        tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config),
+        tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config, endpoints.headers),
                       args.p99_ms, args.objective, checkpoint)  # fmt: skip
         baseline = candidate_of(base)
         strategy = make_strategy(args.strategy, space, baseline, args.max_trials)
@@ -160,7 +162,7 @@ def run_tuning(args: argparse.Namespace) -> int:
             return 130
         finally:
             try:
-                load_with_config(endpoints.http_url, args.model, base)  # leave the server as we found it
+                load_with_config(endpoints.http_url, args.model, base, endpoints.headers)  # leave the server as we found it
             except ReloadError as exc:
                 log.error("could not restore the committed config: %s", exc)
     return write_outputs(args, base, trials, report_dir)
@@ -203,7 +205,7 @@ def run(argv: list[str] | None = None) -> int:
     except TritonStartError as exc:
         log.error("%s", exc)
         return 1
-    except (ValueError, ReloadError) as exc:
+    except (ValueError, ReloadError, AdminKeyError) as exc:
         log.error("%s", exc)
         return 2
 

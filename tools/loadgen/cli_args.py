@@ -9,7 +9,7 @@ from tools.loadgen.targets import Target, embed_target, encoder_target
 from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
 
 
-def _numbers(text: str, kind: type) -> list:
+def number_list(text: str, kind: type) -> list:
     try:
         return [kind(item) for item in text.split(",") if item.strip()]
     except ValueError:
@@ -25,8 +25,8 @@ def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "em
     target.add_argument("--seq-len", type=int, default=128, help="tokens per request for the encoder (default %(default)s)")
     target.add_argument("--texts-per-request", type=int, default=1, help="rows per embed request")
     load = parser.add_argument_group("traffic (closed loop: --concurrency; open loop: --rate or --trace)")
-    load.add_argument("--concurrency", type=lambda t: _numbers(t, int), default=None, help="comma list, e.g. 1,4,16")
-    load.add_argument("--rate", type=lambda t: _numbers(t, float), default=None, help="open-loop requests/s, comma list")
+    load.add_argument("--concurrency", type=lambda t: number_list(t, int), default=None, help="comma list, e.g. 1,4,16")
+    load.add_argument("--rate", type=lambda t: number_list(t, float), default=None, help="open-loop requests/s, comma list")
     load.add_argument("--distribution", choices=("poisson", "constant"), default="poisson")
     load.add_argument("--burst-rate", type=float, default=0.0, help="bursty: alternate --rate and this rate")
     load.add_argument("--burst-period", type=float, default=4.0, help="bursty: seconds per low+high cycle")
@@ -60,3 +60,5 @@ def target_from_args(args: argparse.Namespace) -> Target:
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:
     server_models = models or (("embed", "tokenizer", "encoder") if args.model == "embed" else (args.model,))
     return Measurement(args.warmup, args.window, 3, args.max_windows, args.stability, server_models)
+
+_numbers = number_list  # TEMP: remove once tools/adaptive imports number_list

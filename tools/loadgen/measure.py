@@ -117,7 +117,7 @@ class _Engine:
             outcome = classify_error(message or type(exc).__name__)
         self.entries.add(started, time.perf_counter(), outcome, int(priority))
 
-    async def closed_loop_sender(self, client, sender: int) -> None:
+    async def closed_loop_sender(self, client) -> None:
         while not self.stop.is_set():
             await self.send_one(client, self.priorities[self.count % len(self.priorities)])
 
@@ -153,7 +153,7 @@ class _Engine:
         try:
             t0 = time.perf_counter()
             if self.traffic.closed_loop:
-                senders = [asyncio.create_task(self.closed_loop_sender(client, i)) for i in range(self.traffic.concurrency)]
+                senders = [asyncio.create_task(self.closed_loop_sender(client)) for _ in range(self.traffic.concurrency)]
             else:
                 senders = [asyncio.create_task(self.open_loop_scheduler(client, t0))]
             await asyncio.sleep(m.warmup_s)

@@ -7,6 +7,11 @@ shape, so the requests of one tokenizer batch travel on together and form one en
 batch, and the rounding lets consecutive tokenizer batches share a shape as well.
 Truncation to the model's maximum length and the pad token are set inside
 tokenizer.json by the export step (the model's own `max_seq_length`).
+
+Bad input fails only its own request, with INVALID_ARG (HTTP 400) and the offending
+byte. A text is cut to `max_text_chars` characters before tokenizing: the model reads
+at most a few hundred tokens, and tokenizing megabytes to keep 256 of them would let
+one huge request hold the step (and every request queued behind it) for seconds.
 """
 
 import json
@@ -19,6 +24,16 @@ from tokenizers import Tokenizer
 
 def _parameter(config: dict, key: str, default: str) -> str:
     return config.get("parameters", {}).get(key, {}).get("string_value", default)
+
+
+# A WordPiece token spans at most 100 characters (longer words become [UNK]); 64 Ki
+# characters cover the model's 256 tokens for anything but pathological whitespace runs.
+DEFAULT_MAX_TEXT_CHARS = "65536"
+
+
+def _invalid_argument(message: str):
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 def _decode_texts(raw: np.ndarray) -> list[str]:
@@ -37,7 +52,13 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        self.tokenizer = Tokenizer.from_file(str(version_dir / _parameter(config, "tokenizer_file", "tokenizer.json")))
+        path = version_dir / _parameter(config, "tokenizer_file", "tokenizer.json")
+        if not path.is_file():
+            raise pb_utils.TritonModelException(f"tokenizer file not found: {path}; run `make export`")
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises plain Exception on a bad file
+            raise pb_utils.TritonModelException(f"cannot load tokenizer file {path}: {exc}; run `make export`") from exc
         padding = self.tokenizer.padding
         if not self.tokenizer.truncation or not padding:
             raise pb_utils.TritonModelException("tokenizer.json lacks truncation or padding settings; re-run `make export`")
@@ -46,6 +67,7 @@ class TritonPythonModel:
             pad_token=padding["pad_token"],
             pad_to_multiple_of=max(1, int(_parameter(config, "pad_to_multiple_of", "16"))),
         )
+        self.max_text_chars = max(1, int(_parameter(config, "max_text_chars", DEFAULT_MAX_TEXT_CHARS)))
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
@@ -56,10 +78,10 @@ class TritonPythonModel:
             try:
                 decoded = _decode_texts(raw)
             except ValueError as exc:
-                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                responses[index] = pb_utils.InferenceResponse(error=_invalid_argument(str(exc)))
                 continue
             owners.append((index, len(texts), len(decoded)))
-            texts.extend(decoded)
+            texts.extend(text[: self.max_text_chars] for text in decoded)
         if not texts:
             return responses
 

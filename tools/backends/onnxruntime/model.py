@@ -5,6 +5,11 @@ in for it: models keep `platform: "onnxruntime_onnx"` and run unchanged on NVIDI
 container, where the native backend takes over. Each execute() joins every request
 of the batch into one session run (padding the sequence axis to the longest request,
 so ragged batches work too) and splits the outputs back per request.
+
+One bad request must not fail its batch-mates: ids that index an embedding table are
+checked against the table's size before the run (a 400 naming the input and value),
+and when a joined run still fails, each request is run alone so only the offending
+one gets the error.
 """
 
 import json
@@ -25,6 +30,31 @@ _NUMPY_TYPES = {
     "TYPE_UINT8": np.uint8,
     "TYPE_BOOL": np.bool_,
 }
+
+
+def _error(message: str, invalid_argument: bool = False):
+    """A per-request error; bad input is INVALID_ARG (HTTP 400), not an internal error (500)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG" if invalid_argument else "INTERNAL", None)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
+def _lookup_bounds(path: Path) -> dict[str, int]:
+    """Graph inputs used directly as Gather indices into an initializer (an embedding
+    table): input name -> number of rows. ONNX Runtime reads a negative index from the
+    end of the table and refuses one past it mid-batch, so both are checked up front."""
+    try:
+        import onnx
+    except ImportError:  # optional: without it, only the run-time isolation applies
+        return {}
+    graph = onnx.load(str(path), load_external_data=False).graph
+    inputs = {item.name for item in graph.input}
+    tables = {init.name: int(init.dims[0]) for init in graph.initializer if init.dims}
+    bounds: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in inputs and node.input[0] in tables:
+            rows = tables[node.input[0]]
+            bounds[node.input[1]] = min(rows, bounds.get(node.input[1], rows))
+    return bounds
 
 
 def _session_options(config: dict) -> ort.SessionOptions:
@@ -77,31 +107,54 @@ class TritonPythonModel:
         unknown = [name for name, _ in self.inputs if name not in session_inputs]
         if unknown:
             raise pb_utils.TritonModelException(f"config inputs {unknown} are not inputs of {path.name}: {sorted(session_inputs)}")
+        self.bounds = _lookup_bounds(path)
 
-    def execute(self, requests: list) -> list:
-        feeds: dict[str, list[np.ndarray]] = {name: [] for name, _ in self.inputs}
-        sizes = []
-        for request in requests:
-            first = None
-            for name, _ in self.inputs:
-                array = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                feeds[name].append(array)
-                first = len(array) if first is None else first
-            sizes.append(first)
-        joined = {name: _stack(feeds[name], dtype) for name, dtype in self.inputs}
-        try:
-            results = self.session.run(self.outputs, joined)
-        except Exception as exc:  # a bad value in one request fails the batch with ORT's message
-            error = pb_utils.TritonError(f"ONNX Runtime failed: {exc}")
-            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+    def _check(self, arrays: dict[str, np.ndarray]) -> str | None:
+        """Why one request's inputs cannot run (None when they can)."""
+        for name, rows in self.bounds.items():
+            array = arrays[name]
+            if array.size and (array.min() < 0 or array.max() >= rows):
+                bad = int(array.min()) if array.min() < 0 else int(array.max())
+                return f"{name} holds {bad}, outside the embedding table's range 0..{rows - 1}"
+        return None
+
+    def _run(self, arrays: list[dict[str, np.ndarray]]) -> list:
+        """One session run for these requests' inputs; the outputs split per request."""
+        joined = {name: _stack([item[name] for item in arrays], dtype) for name, dtype in self.inputs}
+        results = self.session.run(self.outputs, joined)
+        sizes = [len(item[self.inputs[0][0]]) for item in arrays]
         total = sum(sizes)
         if any(len(result) != total for result in results):
-            error = pb_utils.TritonError(f"model returned {[len(r) for r in results]} rows for {total} inputs")
-            return [pb_utils.InferenceResponse(error=error) for _ in requests]
-        responses = []
-        start = 0
+            raise RuntimeError(f"model returned {[len(r) for r in results]} rows for {total} inputs")
+        responses, start = [], 0
         for size in sizes:
             tensors = [pb_utils.Tensor(name, result[start : start + size]) for name, result in zip(self.outputs, results)]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += size
+        return responses
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        runnable: list[tuple[int, dict[str, np.ndarray]]] = []
+        for index, request in enumerate(requests):
+            arrays = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name, _ in self.inputs}
+            problem = self._check(arrays)
+            if problem:
+                responses[index] = pb_utils.InferenceResponse(error=_error(problem, invalid_argument=True))
+            else:
+                runnable.append((index, arrays))
+        if not runnable:
+            return responses
+        try:
+            for (index, _), response in zip(runnable, self._run([arrays for _, arrays in runnable])):
+                responses[index] = response
+        except Exception:  # ONNX Runtime raises its own types; find the request(s) at fault
+            for index, arrays in runnable:
+                try:
+                    responses[index] = self._run([arrays])[0]
+                except Exception as exc:
+                    text = str(exc)
+                    responses[index] = pb_utils.InferenceResponse(
+                        error=_error(f"ONNX Runtime failed: {text}", invalid_argument="INVALID_ARGUMENT" in text)
+                    )
         return responses

@@ -1,0 +1,44 @@
+"""Servers for the reliability tests: one in explicit model-control mode (restricted
+model-repository API) and one on a copy of the repository with small queues."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import start_triton
+from tools.local_triton import LocalTriton
+from tools.overload import bounded_repository
+
+
+@pytest.fixture(scope="module")
+def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    server = start_triton(tmp_path_factory.mktemp("explicit") / "triton.log", model_control_mode="explicit", load_models=("*",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def policy_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """Queues of 16 per level at both steps; level 2 (default) honours per-request
+    timeouts and times out after 1.5 s by default, level 1 ignores per-request timeouts."""
+    directory = tmp_path_factory.mktemp("policy")
+    repository = bounded_repository(directory / "repository", queue=16, level2_timeout_us=1_500_000)
+    server = start_triton(directory / "triton.log", model_repository=repository)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def triton_for_soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """A server of its own: the soak reads the memory of its processes."""
+    server = start_triton(tmp_path_factory.mktemp("soak") / "triton.log")
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,197 @@
+"""More bad input, at the ensemble and at each step, over HTTP and gRPC: each gets a clear
+error naming the problem (or the documented result), and the next good request succeeds.
+(tests/integration/test_bad_input.py covers names, datatypes, UTF-8, empty and long text.)"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import time
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tools.embed import EmbeddingClient, client_module, text_input
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, triton):
+    url = triton.http_url if request.param == "http" else triton.grpc_url
+    embedding_client = EmbeddingClient(request.param, url)
+    yield embedding_client
+    embedding_client.close()
+
+
+def still_serving(client: EmbeddingClient) -> None:
+    assert client.embed([f"the next good request {time.time_ns()}"]).shape == (1, 384)
+
+
+def texts_tensor(module, array: np.ndarray):
+    tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def token_inputs(module, ids, mask=None) -> list:
+    ids = np.asarray(ids, dtype=np.int64)
+    mask = np.ones_like(ids) if mask is None else np.asarray(mask, dtype=np.int64)
+    tensors = []
+    for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", mask)):
+        tensor = module.InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
+def post(triton, path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
+    connection = http.client.HTTPConnection(*triton.http_url.split(":"), timeout=60)
+    try:
+        connection.request("POST", path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    finally:
+        connection.close()
+
+
+def infer_body(text: str = "hello", parameters: dict | None = None) -> bytes:
+    document = {"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+    if parameters is not None:
+        document["parameters"] = parameters
+    return json.dumps(document).encode()
+
+
+@pytest.mark.parametrize("model", ["embed", "tokenizer"])
+@pytest.mark.parametrize("shape", [(1,), (1, 1, 1), (1, 2)])
+def test_wrong_shape_or_rank_names_the_expected_shape(client, model: str, shape: tuple) -> None:
+    array = np.full(shape, b"text", dtype=np.object_)
+    with pytest.raises(InferenceServerException, match=r"unexpected shape for input 'TEXT'.*Expected \[-1,1\]"):
+        client.client.infer(model, [texts_tensor(client.module, array)])
+    still_serving(client)
+
+
+def test_wrong_rank_at_the_encoder_is_named(client) -> None:
+    with pytest.raises(InferenceServerException, match=r"unexpected shape for input '(INPUT_IDS|ATTENTION_MASK)' for model 'encoder'"):
+        client.client.infer("encoder", token_inputs(client.module, [101, 102]))
+    still_serving(client)
+
+
+@pytest.mark.parametrize("model", ["embed", "tokenizer"])
+def test_batch_above_max_batch_size_is_refused_with_the_limit(client, model: str) -> None:
+    array = np.full((33, 1), b"text", dtype=np.object_)
+    with pytest.raises(InferenceServerException, match=rf"batch-size must be <= 32 for '{model}'"):
+        client.client.infer(model, [texts_tensor(client.module, array)])
+    still_serving(client)
+
+
+def test_whitespace_only_is_embedded_like_the_empty_text(client) -> None:
+    blank, empty = client.embed([" \t\n  "]), client.embed([""])
+    assert abs(float(np.linalg.norm(blank[0])) - 1.0) < 1e-4
+    assert float(blank[0] @ empty[0]) > 0.9999, "whitespace tokenizes to nothing, like the empty string"
+
+
+def test_a_huge_text_is_cut_before_tokenizing_so_it_returns_quickly(client) -> None:
+    text = "word " * (4 * 1024 * 1024 // 5)  # a 4 MiB request body; the model reads 256 tokens
+    started = time.monotonic()
+    served = client.embed([text])
+    assert time.monotonic() - started < 20
+    assert float(served[0] @ client.embed(["word " * 2000])[0]) > 0.9999
+    still_serving(client)
+
+
+def test_unknown_version_is_named(client) -> None:
+    with pytest.raises(InferenceServerException, match=r"'embed' version 7 is not found"):
+        client.client.infer("embed", [text_input(client.module, ["hi"])], model_version="7")
+    still_serving(client)
+
+
+@pytest.mark.parametrize("priority", [3, 1000])
+def test_priority_beyond_the_levels_runs_at_the_default_level(client, priority: int) -> None:
+    assert client.embed([f"priority {priority} {time.time_ns()}"], priority=priority).shape == (1, 384)
+
+
+def test_out_of_range_token_id_fails_with_400_naming_the_input_and_value(client) -> None:
+    for bad in (999_999, -5):
+        with pytest.raises(InferenceServerException, match=rf"INPUT_IDS holds {bad}, outside .* range 0\.\.30521") as error:
+            client.client.infer("encoder", token_inputs(client.module, [[101, bad, 102]]))
+        if client.protocol == "http":
+            assert error.value.status() == "400"
+    still_serving(client)
+
+
+def test_a_bad_request_in_a_batch_does_not_fail_its_batch_mates(triton) -> None:
+    """Long prompts make executions slow, so concurrent requests queue and are batched;
+    a sequence the model cannot take (600 > 512 positions) fails alone."""
+    module = client_module("grpc")
+    payloads = [[[101] + [2000] * 200 + [102]]] * 12 + [[[101] * 600]]
+    order = np.random.default_rng(0).permutation(len(payloads))
+
+    def send(index: int):
+        client = module.InferenceServerClient(triton.grpc_url)
+        try:
+            return client.infer("encoder", token_inputs(module, payloads[index])).as_numpy("EMBEDDING").shape
+        except InferenceServerException as exc:
+            return str(exc)
+        finally:
+            client.close()
+
+    with concurrent.futures.ThreadPoolExecutor(len(payloads)) as pool:
+        results = dict(zip(order, pool.map(send, order)))
+    bad = len(payloads) - 1
+    assert "ONNX Runtime failed" in results[bad]
+    assert all(results[i] == (1, 384) for i in range(bad)), results
+
+
+def test_invalid_utf8_at_the_tokenizer_is_a_400(triton) -> None:
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 7}}]})
+    payload = body.encode() + (3).to_bytes(4, "little") + b"a\xffb"
+    status, text = post(triton, "/v2/models/tokenizer/infer", payload, {"Inference-Header-Content-Length": str(len(body))})
+    assert (status, "not valid UTF-8 (byte 0xff at offset 1)" in text) == (400, True), text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"inputs": [ {"name"', "failed to parse the request JSON buffer"),
+        (json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [5]}]}).encode(), "non-string"),
+        (infer_body(parameters={"priority": -1}), "Unable to parse 'priority'"),
+        (infer_body(parameters={"timeout": -5}), "Unable to parse 'timeout'"),
+    ],
+    ids=["truncated-json", "number-for-text", "negative-priority", "negative-timeout"],
+)
+def test_unparsable_http_requests_are_refused_with_the_reason(triton, body: bytes, message: str) -> None:
+    status, text = post(triton, "/v2/models/embed/infer", body)
+    assert status in (400, 500) and message in text, (status, text)
+    assert post(triton, "/v2/models/embed/infer", infer_body(f"good {time.time_ns()}"))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("declared", "tail", "header", "message"),
+    [
+        (100, (5).to_bytes(4, "little") + b"hello", None, "unexpected size for input 'TEXT'"),
+        (9, (255).to_bytes(4, "little") + b"hello", None, "incomplete string data for inference input 'TEXT'"),
+        (9, b"", "99999", "inference header size should be in range"),
+    ],
+    ids=["fewer-bytes-than-declared", "string-length-beyond-data", "header-length-beyond-body"],
+)
+def test_binary_tensor_framing_errors_are_400s_naming_the_problem(triton, declared: int, tail: bytes, header, message: str) -> None:
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": declared}}]})
+    status, text = post(
+        triton, "/v2/models/embed/infer", body.encode() + tail, {"Inference-Header-Content-Length": header or str(len(body))}
+    )
+    assert status == 400 and message in text, (status, text)
+    assert post(triton, "/v2/models/embed/infer", infer_body(f"good {time.time_ns()}"))[0] == 200
+
+
+def test_a_timeout_beyond_int64_is_refused_by_the_grpc_client_and_ignored_over_http(triton) -> None:
+    grpc = EmbeddingClient("grpc", triton.grpc_url)
+    try:
+        with pytest.raises(ValueError, match="out of range"):
+            grpc.embed(["hi"], timeout_us=2**63)
+    finally:
+        grpc.close()
+    status, _ = post(triton, "/v2/models/embed/infer", infer_body(f"t {time.time_ns()}", {"timeout": 2**63}))
+    assert status == 200, "an enormous timeout means no timeout"

@@ -1,0 +1,250 @@
+"""`python -m tools.soak`: a bounded soak at a steady, sub-capacity rate.
+
+Sends a fixed-rate mix of good requests (unique texts, plus repeats the cache
+answers) and bad ones (invalid UTF-8 through the ensemble, an out-of-range token id at
+the encoder, a wrong shape), each kind with its expected outcome. Per window it records
+the latency of good requests and the resident memory of tritonserver and each backend
+stub; at the end it reports memory growth, latency drift, every unexpected outcome, and
+reconciles the client's counts with the server's statistics. Exit status 1 when any
+request got the wrong outcome or none at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tools.health_watch import stub_processes
+from tools.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.paths import REPO_ROOT
+from tools.stats import ModelStats
+
+log = logging.getLogger("soak")
+
+# kind -> (share of requests, expected to succeed)
+MIX = {"good": (0.80, True), "repeat": (0.08, True), "bad_utf8": (0.04, False), "bad_token": (0.04, False), "bad_shape": (0.04, False)}
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
+def memory(server_pid: int) -> dict[str, float]:
+    """Resident MB of tritonserver and of each live stub, by model."""
+    sizes = {"tritonserver": round(rss_mb(server_pid), 1)}
+    for stub in stub_processes(server_pid):
+        if stub.alive:
+            sizes[f"stub:{stub.model}"] = round(rss_mb(stub.pid), 1)
+    return sizes
+
+
+@dataclass
+class Window:
+    t_s: float
+    good_p50_ms: float
+    good_p99_ms: float
+    completed: int
+    memory_mb: dict[str, float]
+
+
+@dataclass
+class SoakReport:
+    rate: float
+    duration_s: float
+    sent: int
+    answered: int
+    outcomes: dict[str, dict[str, int]]  # kind -> {"ok": n, "error": n}
+    unexpected: dict[str, int]
+    unexpected_examples: list[str]
+    memory_start_mb: dict[str, float]
+    memory_end_mb: dict[str, float]
+    latency_first_window: dict[str, float]
+    latency_last_window: dict[str, float]
+    server: dict[str, dict[str, int]]
+    windows: list[Window] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.sent == self.answered and not self.unexpected
+
+    def summary(self) -> str:
+        growth = {k: round(self.memory_end_mb.get(k, 0.0) - v, 1) for k, v in self.memory_start_mb.items()}
+        errors = sum(v.get("error", 0) for v in self.outcomes.values())
+        return (
+            f"soak {self.duration_s:.0f} s at {self.rate:g} req/s: {self.sent} sent, {self.answered} answered, "
+            f"{errors} errors (all from bad requests: {not self.unexpected}), memory growth MB {growth}, "
+            f"good p50 {self.latency_first_window['p50_ms']:.1f} -> {self.latency_last_window['p50_ms']:.1f} ms, "
+            f"p99 {self.latency_first_window['p99_ms']:.1f} -> {self.latency_last_window['p99_ms']:.1f} ms"
+        )
+
+
+class _Soak:
+    def __init__(self, grpc_url: str, rate: float, duration_s: float, window_s: float, server_pid: int, seed: int) -> None:
+        import tritonclient.grpc.aio as module
+
+        self.module = module
+        self.grpc_url = grpc_url
+        self.client = None  # made inside the event loop, which the aio channel binds to
+        self.rate, self.duration_s, self.window_s, self.server_pid = rate, duration_s, window_s, server_pid
+        rng = np.random.default_rng(seed)
+        kinds = list(MIX)
+        self.schedule = rng.choice(kinds, size=int(rate * duration_s) + 1, p=[MIX[k][0] for k in kinds])
+        self.counter = itertools.count()
+        self.records: list[tuple[str, float, float, bool, str]] = []  # kind, sent, done, ok, message
+        self.windows: list[Window] = []
+
+    def _bytes(self, model_input: str, array: np.ndarray):
+        tensor = self.module.InferInput(model_input, list(array.shape), "BYTES")
+        tensor.set_data_from_numpy(array)
+        return tensor
+
+    def _tokens(self, ids: np.ndarray) -> list:
+        tensors = []
+        for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", np.ones_like(ids))):
+            tensor = self.module.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        return tensors
+
+    def request(self, kind: str) -> tuple[str, list]:
+        number = next(self.counter)
+        if kind == "good":
+            return "embed", [self._bytes("TEXT", np.array([[f"soak text number {number}".encode()]], dtype=np.object_))]
+        if kind == "repeat":
+            return "embed", [self._bytes("TEXT", np.array([[b"the same text again"]], dtype=np.object_))]
+        if kind == "bad_utf8":
+            return "embed", [self._bytes("TEXT", np.array([[b"broken \xff\xfe text"]], dtype=np.object_))]
+        if kind == "bad_token":
+            return "encoder", self._tokens(np.array([[101, 10_000_000, 102]], dtype=np.int64))
+        return "embed", [self._bytes("TEXT", np.array([b"no batch axis"], dtype=np.object_))]
+
+    async def send(self, kind: str) -> None:
+        model, inputs = self.request(kind)
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.client.infer(model, inputs), 60)
+            ok, message = True, ""
+        except Exception as exc:  # tritonclient's exception, a transport error, or our deadline
+            ok, message = False, f"{type(exc).__name__}: {exc}"[:300]
+        self.records.append((kind, started, time.perf_counter(), ok, message))
+
+    def window(self, t0: float, start: float, end: float) -> Window:
+        latencies = [1000 * (done - sent) for kind, sent, done, ok, _ in self.records if kind == "good" and ok and start <= done < end]
+        p50, p99 = np.percentile(latencies, [50, 99]) if latencies else (0.0, 0.0)
+        return Window(round(end - t0, 1), round(float(p50), 2), round(float(p99), 2), len(latencies), memory(self.server_pid))
+
+    async def run(self) -> tuple[list, list[Window]]:
+        self.client = self.module.InferenceServerClient(self.grpc_url)
+        tasks = set()
+        t0 = time.perf_counter()
+        next_window = t0 + self.window_s
+        window_start = t0
+        self.windows.append(Window(0.0, 0.0, 0.0, 0, memory(self.server_pid)))
+        for index, kind in enumerate(self.schedule):
+            due = t0 + index / self.rate
+            if due - t0 >= self.duration_s:
+                break
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            task = asyncio.create_task(self.send(str(kind)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            if time.perf_counter() >= next_window:
+                self.windows.append(self.window(t0, window_start, next_window))
+                window_start, next_window = next_window, next_window + self.window_s
+        await asyncio.gather(*list(tasks))
+        self.windows.append(self.window(t0, window_start, time.perf_counter()))
+        await self.client.close()
+        return self.records, self.windows
+
+
+def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: float, seed: int = 0) -> SoakReport:
+    """Drive the soak against a running local server (its PID is needed for memory)."""
+    options = server.options
+    before = {m: ModelStats.fetch(options.http_url, m) for m in ("embed", "encoder")}
+    soak = _Soak(options.grpc_url, rate, duration_s, window_s, server.pid, seed)
+    sent = len([1 for i in range(len(soak.schedule)) if i / rate < duration_s])
+    records, windows = asyncio.run(soak.run())
+    after = {m: ModelStats.fetch(options.http_url, m) - before[m] for m in before}
+    outcomes: dict[str, dict[str, int]] = {}
+    unexpected: dict[str, int] = {}
+    examples: list[str] = []
+    for kind, _, _, ok, message in records:
+        outcomes.setdefault(kind, {"ok": 0, "error": 0})["ok" if ok else "error"] += 1
+        if ok != MIX[kind][1]:
+            unexpected[kind] = unexpected.get(kind, 0) + 1
+            if len(examples) < 5:
+                examples.append(f"{kind}: {message or 'succeeded'}")
+    measured = [w for w in windows[1:] if w.completed]
+    first, last = (measured[0], measured[-1]) if measured else (windows[0], windows[-1])
+    return SoakReport(
+        rate=rate,
+        duration_s=duration_s,
+        sent=sent,
+        answered=len(records),
+        outcomes=outcomes,
+        unexpected=unexpected,
+        unexpected_examples=examples,
+        memory_start_mb=windows[0].memory_mb,
+        memory_end_mb=windows[-1].memory_mb,
+        latency_first_window={"p50_ms": first.good_p50_ms, "p99_ms": first.good_p99_ms},
+        latency_last_window={"p50_ms": last.good_p50_ms, "p99_ms": last.good_p99_ms},
+        server={m: {"success": d.requests, "failures": d.failures, "cache_hits": d.cache_hits} for m, d in after.items()},
+        windows=windows,
+    )
+
+
+def write_report(report: SoakReport, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    document = asdict(report) | {"passed": report.passed, "summary": report.summary()}
+    (directory / "soak.json").write_text(json.dumps(document, indent=1))
+    (directory / "soak.md").write_text(report.summary() + "\n")
+    return directory / "soak.json"
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=20.0, help="req/s, well below capacity (default %(default)s)")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds per latency/memory sample")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "soak")
+    add_verbosity_flags(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    http, grpc, metrics = free_ports(3)
+    args.output.mkdir(parents=True, exist_ok=True)
+    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10)
+    with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
+        log.info("soaking for %.1f min at %g req/s", args.minutes, args.rate)
+        report = run_soak(server, args.rate, args.minutes * 60.0, args.window)
+    path = write_report(report, args.output)
+    print(report.summary())
+    print(f"report: {path}")
+    if not report.passed:
+        log.error("unexpected outcomes: %s (e.g. %s); answered %d of %d", report.unexpected, report.unexpected_examples,
+                  report.answered, report.sent)  # fmt: skip
+        return 1
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
