@@ -60,5 +60,3 @@ def target_from_args(args: argparse.Namespace) -> Target:
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:
     server_models = models or (("embed", "tokenizer", "encoder") if args.model == "embed" else (args.model,))
     return Measurement(args.warmup, args.window, 3, args.max_windows, args.stability, server_models)
-
-_numbers = number_list  # TEMP: remove once tools/adaptive imports number_list

@@ -1,0 +1,84 @@
+"""The adaptive controller on the real local Triton (explicit model control, admin key)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import start_triton
+from tools import adapt
+from tools.adaptive.live import server_config, with_delay
+from tools.adaptive.replay import Phase, phase_trace, replay
+from tools.admin_key import headers_for
+from tools.loadgen.report import OK
+from tools.loadgen.targets import encoder_target
+from tools.local_triton import ServerOptions
+from tools.tuning.reload import load_with_config
+
+pytestmark = pytest.mark.integration
+
+KEY = "adapt-integration-key"
+START_DELAY_US = 16_000
+
+
+@pytest.fixture(scope="module")
+def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOptions]:
+    server = start_triton(tmp_path_factory.mktemp("adapt") / "triton.log", model_control_mode="explicit", load_models=("*",), admin_key=KEY)
+    try:
+        yield server.options
+    finally:
+        server.stop()
+
+
+def _set_delay(options: ServerOptions, delay_us: int) -> None:
+    base = server_config(options.grpc_url, "encoder")
+    load_with_config(options.http_url, "encoder", with_delay(base, delay_us), headers_for(KEY))
+
+
+def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> list[str]:
+    return ["--model", "encoder", "--p99-ms", "150", "--url", options.http_url, "--grpc-url", options.grpc_url, "--admin-key", KEY,
+            "--duration", str(seconds), "--window", "2", "--min-interval", "4", "--batching-gain", "1.2", "-q", *extra]  # fmt: skip
+
+
+def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_request(explicit_triton, tmp_path) -> None:
+    _set_delay(explicit_triton, START_DELAY_US)
+    arrivals = phase_trace([Phase("light", 6.0, 20.0)], seed=3)
+    outcome: dict = {}
+
+    def load() -> None:
+        outcome["records"] = replay(encoder_target(32), arrivals, explicit_triton.grpc_url)
+
+    sender = threading.Thread(target=load)
+    sender.start()
+    decisions = tmp_path / "decisions.json"
+    code = adapt.run(_controller_args(explicit_triton, 18, "--decisions-json", str(decisions)))
+    sender.join()
+
+    assert code == 0
+    document = json.loads(decisions.read_text())
+    changes = [d for d in document["decisions"] if d["changed"]]
+    assert changes, "at least one change under light traffic"
+    first = changes[0]
+    assert first["direction"] == "down" and first["before_us"] == START_DELAY_US and first["after_us"] < START_DELAY_US
+    assert "latency" in first["reason"] and first["figures"]["busy"] <= 0.5  # justified: the instance was mostly idle
+    assert document["reloads"] and all(r["ok"] for r in document["reloads"])
+    served = server_config(explicit_triton.grpc_url, "encoder")
+    assert served.dynamic_batching.max_queue_delay_microseconds == document["final_delay_us"] < START_DELAY_US
+    assert served.dynamic_batching.priority_levels == 2, "only the delay changes"
+    records = outcome["records"]
+    assert len(records.outcome) == len(arrivals)
+    assert set(records.outcome) == {OK}, "no request failed, also during the reloads"
+
+
+def test_a_dry_run_decides_but_reloads_nothing(explicit_triton, tmp_path) -> None:
+    _set_delay(explicit_triton, START_DELAY_US)
+    decisions = tmp_path / "dry.json"
+    code = adapt.run(_controller_args(explicit_triton, 7, "--dry-run", "--decisions-json", str(decisions)))
+    assert code == 0
+    document = json.loads(decisions.read_text())
+    assert document["dry_run"] and not document["reloads"]
+    assert any(d["changed"] for d in document["decisions"]), "an idle server: it would cut the delay"
+    assert server_config(explicit_triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds == START_DELAY_US

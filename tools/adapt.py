@@ -1,0 +1,149 @@
+"""`python -m tools.adapt`: retune the batching delay live against a p99 SLO as traffic changes.
+
+Every --window seconds the model's statistics are differenced (arrival rate, busy time,
+queue and compute time, executed batch size, rejections) and the control law in
+tools/adaptive/control.py decides whether `max_queue_delay_microseconds` should move.
+A change is applied with the model-control load API (a config override; only the delay
+changes), never while another reload is in flight; a failed reload keeps the last good
+config. Every decision is logged with its reason and figures. See docs/adapt.md.
+
+Examples:
+  python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --admin-key-file key
+  python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --dry-run -v
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from tools.adaptive.control import Controller, ControlSettings
+from tools.adaptive.live import LiveController, server_config
+from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.local_triton import TritonStartError
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.server_session import triton_endpoints
+from tools.tuning.curve import encoder_batch, measure_curve
+from tools.tuning.reload import ReloadError
+
+log = logging.getLogger("adapt")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.adapt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
+    parser.add_argument("--model", default="encoder")
+    parser.add_argument("--url", default=None, help="HTTP host:port of a Triton in explicit model-control mode (default: start one)")
+    parser.add_argument("--grpc-url", default=None, help="its gRPC host:port (default: same host, port 8001)")
+    add_admin_key_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true", help="log what would change; reload nothing")
+    parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
+    parser.add_argument("--window", type=float, default=2.0, help="seconds per observation window (default %(default)s)")
+    parser.add_argument("--decisions-json", type=Path, default=None, help="write every decision and reload here at exit")
+    law = parser.add_argument_group("control law (docs/adapt.md)")
+    defaults = ControlSettings(p99_ms=1.0)
+    law.add_argument("--min-delay-us", type=int, default=defaults.min_delay_us)
+    law.add_argument("--max-delay-us", type=int, default=defaults.max_delay_us)
+    law.add_argument("--step-up-us", type=int, default=defaults.step_up_us, help="additive increase (default %(default)s)")
+    law.add_argument("--decrease-factor", type=float, default=defaults.decrease_factor, help="multiplicative decrease")
+    law.add_argument("--max-step-us", type=int, default=defaults.max_step_us)
+    law.add_argument("--busy-high", type=float, default=defaults.busy_high, help="utilisation that asks for more delay")
+    law.add_argument("--busy-low", type=float, default=defaults.busy_low, help="utilisation that asks for less delay")
+    law.add_argument("--confirm-windows", type=int, default=defaults.confirm_windows, help="windows in a row before a move")
+    law.add_argument("--min-interval", type=float, default=defaults.min_interval_s, help="seconds between changes")
+    law.add_argument("--tail-factor", type=float, default=defaults.tail_factor, help="p99 estimate = mean server latency x this")
+    law.add_argument("--batching-gain", type=float, default=None,
+                     help="best/batch-1 rows/s of the model; default: measured once at start (encoder)")  # fmt: skip
+    law.add_argument("--seq-len", type=int, default=128, help="tokens per row for that measurement")
+    add_verbosity_flags(parser)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace, batching_gain: float, max_batch_size: int = 0) -> ControlSettings:
+    return ControlSettings(
+        p99_ms=args.p99_ms, min_delay_us=args.min_delay_us, max_delay_us=args.max_delay_us, step_up_us=args.step_up_us,
+        decrease_factor=args.decrease_factor, max_step_us=args.max_step_us, busy_high=args.busy_high, busy_low=args.busy_low,
+        confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
+        batching_gain=batching_gain, max_batch_size=max_batch_size,
+    )  # fmt: skip
+
+
+def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> float:
+    """Best rows/s over batch-1 rows/s, from a few single requests (the tuner's curve)."""
+    if not model.startswith("encoder"):
+        return ControlSettings(p99_ms=1.0).batching_gain
+    sizes = [b for b in (1, 4, 8) if b <= max_batch]
+    points = measure_curve(http_url, model, encoder_batch(seq_len), sizes, repeats=2)
+    return max(p.rows_per_s for p in points) / points[0].rows_per_s
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        base = server_config(endpoints.grpc_url, args.model)
+        if not base.HasField("dynamic_batching"):
+            log.error("%s has no dynamic_batching section; there is no delay to adapt", args.model)
+            return 2
+        gain = args.batching_gain
+        if gain is None:
+            gain = measured_gain(endpoints.http_url, args.model, args.seq_len, base.max_batch_size)
+            log.info("batching gain of %s at %d tokens: %.2fx", args.model, args.seq_len, gain)
+        settings = settings_from_args(args, gain, base.max_batch_size)
+        delay = base.dynamic_batching.max_queue_delay_microseconds
+        live = LiveController(endpoints.http_url, args.model, base, Controller(settings, delay), endpoints.headers,
+                              args.window, args.dry_run)  # fmt: skip
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
+        log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", args.model, delay, args.p99_ms,
+                 " (dry run)" if args.dry_run else "", args.window)  # fmt: skip
+        try:
+            live.run(stop, args.duration)
+        except KeyboardInterrupt:
+            stop.set()
+            log.info("stopped")
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            write_decisions(args.decisions_json, live)
+        failed = [r for r in live.reloads if not r.ok]
+        changes = [d for d in live.decisions if d.changed]
+        print(f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); "
+              f"delay now {live.controller.delay_us} us", flush=True)  # fmt: skip
+        return 1 if failed else 0
+
+
+def write_decisions(path: Path | None, live: LiveController) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"decisions": [d.to_dict() for d in live.decisions], "reloads": [r.to_dict() for r in live.reloads],
+                "final_delay_us": live.controller.delay_us, "dry_run": live.dry_run}  # fmt: skip
+    path.write_text(json.dumps(document, indent=1))
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    try:
+        return run_controller(args)
+    except TritonStartError as exc:
+        log.error("%s", exc)
+        return 1
+    except (ValueError, ReloadError, AdminKeyError, OSError) as exc:
+        log.error("%s", exc)
+        return 2
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Per-window observations from Triton's statistics API (cumulative counters, differenced).
+
+Busy time comes from `batch_stats`, which Triton keeps per execution (not per request),
+so the sum of their compute times is exactly how long the instance executed. A reload
+creates the model anew and resets every counter; a window whose counters went backwards
+is therefore dropped and the next snapshot becomes the baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tools.adaptive.control import Observation
+from tools.stats import ModelStats, fetch_statistics
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at_s: float
+    stats: ModelStats
+    busy_ns: int
+
+
+def busy_ns(document: dict) -> int:
+    """Nanoseconds the model spent executing (input + infer + output, per execution)."""
+    total = 0
+    for version in document.get("model_stats", []):
+        for batch in version.get("batch_stats", []):
+            total += sum(int(batch.get(key, {}).get("ns", 0)) for key in ("compute_input", "compute_infer", "compute_output"))
+    return total
+
+
+def snapshot(http_url: str, model: str, at_s: float) -> Snapshot:
+    document = fetch_statistics(http_url, model)
+    return Snapshot(at_s, ModelStats.from_document(document), busy_ns(document))
+
+
+def observation(earlier: Snapshot, later: Snapshot, instances: int = 1) -> Observation | None:
+    """The window between two snapshots, or None when the counters were reset in between."""
+    delta = later.stats - earlier.stats
+    busy = later.busy_ns - earlier.busy_ns
+    seconds = later.at_s - earlier.at_s
+    if seconds <= 0 or busy < 0 or min(delta.requests, delta.executions, delta.failures, delta.queue_ns) < 0:
+        return None
+    return Observation(
+        window_s=seconds,
+        requests=delta.requests,
+        busy=busy / 1e9 / seconds / max(1, instances),
+        queue_ms=delta.average_queue_ms,
+        compute_ms=delta.average_compute_ms,
+        batch_size=delta.average_batch_size,
+        rejected=delta.failures,
+    )

@@ -1,0 +1,119 @@
+"""Figures per phase kind and the Markdown report of one `bench-adapt` run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tools.adaptive.replay import Phase, Records, phase_of
+from tools.loadgen.report import OK
+
+
+def _figures(latency_ms: np.ndarray, ok: np.ndarray, seconds: float, slo_ms: float) -> dict:
+    good = latency_ms[ok]
+    count = len(latency_ms)
+    return {
+        "sent": int(count),
+        "failed": int(count - ok.sum()),
+        "attainment": float((good <= slo_ms).sum() / count) if count else 1.0,
+        "throughput_rps": float(ok.sum() / seconds) if seconds else 0.0,
+        "mean_ms": float(good.mean()) if len(good) else 0.0,
+        "p99_ms": float(np.percentile(good, 99)) if len(good) else 0.0,
+    }
+
+
+def phase_summary(records: Records, phases: Sequence[Phase], slo_ms: float) -> dict[str, dict]:
+    """Per phase kind ('low', 'peak', ...: all phases of that name together) and 'all'."""
+    sent = np.asarray(records.sent_s)
+    latency_ms = np.asarray(records.latency_s) * 1000.0
+    ok = np.asarray([o == OK for o in records.outcome], dtype=bool)
+    kinds = np.asarray([phases[phase_of(phases, t)].name for t in sent])
+    summary = {}
+    for name in dict.fromkeys(p.name for p in phases):
+        chosen = kinds == name
+        seconds = sum(p.seconds for p in phases if p.name == name)
+        summary[name] = _figures(latency_ms[chosen], ok[chosen], seconds, slo_ms)
+    summary["all"] = _figures(latency_ms, ok, sum(p.seconds for p in phases), slo_ms)
+    return summary
+
+
+def best_static(runs: dict, kind: str) -> str:
+    """Highest SLO attainment in that phase kind; within 0.5 points, the lower mean latency."""
+    static = {name: run["phases"][kind] for name, run in runs.items() if run["label"] != "adaptive"}
+    top = max(f["attainment"] for f in static.values())
+    close = {name: f for name, f in static.items() if f["attainment"] >= top - 0.005}
+    return min(close, key=lambda name: close[name]["mean_ms"])
+
+
+def verdict(runs: dict, kind: str) -> str:
+    best = best_static(runs, kind)
+    b, c = runs[best]["phases"][kind], runs["controller"]["phases"][kind]
+    d_att = (c["attainment"] - b["attainment"]) * 100
+    d_mean = c["mean_ms"] - b["mean_ms"]
+    matched = d_att >= -1.0 and d_mean <= max(0.10 * b["mean_ms"], 2.0)
+    word = "matches" if matched else "does NOT match"
+    return (f"- **{kind}**: best static is `{best}` ({b['attainment']:.1%} within SLO, mean {b['mean_ms']:.1f} ms); "
+            f"the controller {word} it ({c['attainment']:.1%}, mean {c['mean_ms']:.1f} ms; "
+            f"{d_att:+.1f} points, {d_mean:+.1f} ms)")  # fmt: skip
+
+
+def render_markdown(results: dict) -> str:
+    s, runs = results["settings"], results["runs"]
+    kinds = list(dict.fromkeys(p["name"] for p in s["phases"]))
+    lines = [
+        "# Adaptive batching delay vs static configs (`make bench-adapt`)",
+        "",
+        f"One run (1 replay per config) of {s['arrivals']} open-loop arrivals: "
+        + " -> ".join(f"{p['name']} {p['rate']:g} req/s for {p['seconds']:g} s" for p in s["phases"])
+        + f"; encoder, 1 x {s['seq_len']} tokens per request; SLO p99 <= {s['p99_ms']:g} ms. "
+        "Attainment = share of the requests sent in the phase answered within the SLO (failures count as misses).",
+        "",
+        "Batch curve (single requests, server compute per execution): "
+        + ", ".join(f"batch {p['batch_size']}: {p['rows_per_s']:.0f} rows/s" for p in results["curve"]),
+        "",
+        "## Results per phase kind",
+        "",
+        "| config | "
+        + " | ".join(f"{k}: within SLO | {k}: mean ms | {k}: p99 ms | {k}: req/s" for k in kinds)
+        + " | all: within SLO | failed |",
+        "|---|" + "---:|" * (4 * len(kinds) + 2),
+    ]
+    for name, run in runs.items():
+        cells = []
+        for k in kinds:
+            f = run["phases"][k]
+            cells += [f"{f['attainment']:.1%}", f"{f['mean_ms']:.1f}", f"{f['p99_ms']:.1f}", f"{f['throughput_rps']:.1f}"]
+        a = run["phases"]["all"]
+        label = f"{name} ({run['label']})" if run["label"] != "static" else name
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {a['attainment']:.1%} | {a['failed']} |")
+    lines += ["", "## Does the controller match the best static config in every phase?", ""]
+    lines += [verdict(runs, k) for k in kinds]
+    lines += ["", "Best static per phase, picked in hindsight from this run: "
+              + ", ".join(f"{k}: `{best_static(runs, k)}`" for k in kinds), ""]  # fmt: skip
+    lines += ["## SLO attainment per window", "", "| window start s | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
+    for index, first in enumerate(next(iter(runs.values()))["windows"]):
+        cells = [f"{run['windows'][index]['attainment']:.0%} ({run['windows'][index]['mean_ms']:.0f} ms)" for run in runs.values()]
+        lines.append(f"| {first['start_s']:.0f} | " + " | ".join(cells) + " |")
+    cost = results["reload_cost"]
+    lines += ["", "## What a reload costs in flight", "",
+              f"Steady load, {len(cost['reload_seconds'])} reloads taking {', '.join(f'{x:.2f}' for x in cost['reload_seconds'])} s; "
+              f"failed requests: {cost['failed_total']}.", "",
+              "| requests | count | failed | mean ms | p50 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for key in ("outside_reload", "during_reload"):
+        f = cost[key]
+        lines.append(f"| {key.replace('_', ' ')} | {f['requests']} | {f['failed']} | {f.get('mean_ms', '-')} | {f.get('p50_ms', '-')} | "
+                     f"{f.get('p99_ms', '-')} | {f.get('max_ms', '-')} |")  # fmt: skip
+    control = results["controller"]
+    lines += ["", "## The controller's changes", ""]
+    changes = [d for d in control["decisions"] if d["changed"]]
+    for d in changes:
+        figures = ", ".join(f"{k} {v}" for k, v in d["figures"].items() if v is not None)
+        lines.append(f"- {d['at_s']:.1f} s: {d['before_us']} -> {d['after_us']} us: {d['reason']} ({figures})")
+    if not changes:
+        lines.append("- none")
+    for r in control["reloads"]:
+        if not r["ok"]:
+            lines.append(f"- reload to {r['after_us']} us FAILED after {r['seconds']:.1f} s (kept {r['before_us']} us): {r['error']}")
+    lines.append(f"\nReloads: {len(control['reloads'])}, {sum(r['seconds'] for r in control['reloads']):.1f} s in total.")
+    return "\n".join(lines) + "\n"
