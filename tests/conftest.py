@@ -40,3 +40,14 @@ def reference_model():
     from export.source_model import default_model_dir
 
     return SentenceTransformer(str(default_model_dir()), device="cpu")
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, triton):
+    """An `embed` client for each protocol: tests using it run over HTTP and gRPC."""
+    from tools.embed import EmbeddingClient
+
+    url = triton.http_url if request.param == "http" else triton.grpc_url
+    embedding_client = EmbeddingClient(request.param, url)
+    yield embedding_client
+    embedding_client.close()

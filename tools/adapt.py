@@ -24,12 +24,11 @@ from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
 from tools.adaptive.live import LiveController, server_config
-from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
-from tools.local_triton import TritonStartError
+from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.command import run_reporting_errors
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.server_session import triton_endpoints
 from tools.tuning.curve import encoder_batch, measure_curve
-from tools.tuning.reload import ReloadError
 
 log = logging.getLogger("adapt")
 
@@ -131,14 +130,7 @@ def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)
-    try:
-        return run_controller(args)
-    except TritonStartError as exc:
-        log.error("%s", exc)
-        return 1
-    except (ValueError, ReloadError, AdminKeyError, OSError) as exc:
-        log.error("%s", exc)
-        return 2
+    return run_reporting_errors(lambda: run_controller(args), log)
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import logging
 import sys
 from pathlib import Path
 
-from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, number_list, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
-from tools.local_triton import TritonStartError
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import load_config, save_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--objective", choices=OBJECTIVES, default="throughput-slo")
     add_load_arguments(parser, default_model="encoder")
+    parser.add_argument("--load-model", default=None, help="model the traffic is sent to (default: the ensemble serving --model)")
     add_admin_key_arguments(parser)
-    parser.set_defaults(concurrency=[4, 16], warmup=1.0, window=2.0, max_windows=4)
+    parser.set_defaults(concurrency=[4, 16], warmup=1.0, window=2.0, max_windows=4, seq_len=None)
     space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
     space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
@@ -109,6 +110,16 @@ def derive_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -
     return candidates, delays, point.batch_size
 
 
+def default_load_model(model: str) -> str:
+    """Drive load through the ensemble that serves the model (the path users call), so
+    tokenisation and padding shape the batches as in production; the model itself when no
+    ensemble uses it. Direct calls also miss a Triton 2.51 stall: with priority levels or
+    queue policies, a request sent straight to a Python-backend model at low concurrency
+    sometimes waits ~500 ms (README, "Measuring through the ensemble")."""
+    _, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, model)
+    return ensembles[0] if ensembles else model
+
+
 def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
     s = trial.score
     state = f"{s.throughput_rps:7.1f} req/s p99 {s.p99_ms:7.1f} ms" if s.feasible else f"infeasible ({s.reason or trial.error})"
@@ -119,7 +130,11 @@ def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
 def run_tuning(args: argparse.Namespace) -> int:
     report_dir = args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}"
     base = load_config(MODEL_REPOSITORY / args.model)
-    target = target_from_args(args)
+    load_model = args.load_model or default_load_model(args.model)
+    # The batch curve is measured at the traffic's length: texts through the ensemble pad
+    # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
+    args.seq_len = args.seq_len or (32 if load_model != args.model else 128)
+    target = target_from_args(args, load_model)
     traffics = traffics_from_args(args)
     measurement = measurement_from_args(args, models=(args.model,))
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
@@ -156,7 +171,7 @@ def run_tuning(args: argparse.Namespace) -> int:
             progress_line(0, committed, best_trial([committed]))
             trials.append(committed)
             strategy.record(baseline, committed.score)
-            trials += tuner.run(strategy, progress_line)
+            trials = tuner.run(strategy, progress_line, trials)
         except KeyboardInterrupt:
             log.warning("interrupted: %d trials kept in %s; rerun with --resume to continue", len(checkpoint.trials), checkpoint.path)
             return 130
@@ -200,14 +215,7 @@ def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)
-    try:
-        return run_tuning(args)
-    except TritonStartError as exc:
-        log.error("%s", exc)
-        return 1
-    except (ValueError, ReloadError, AdminKeyError) as exc:
-        log.error("%s", exc)
-        return 2
+    return run_reporting_errors(lambda: run_tuning(args), log)
 
 
 def main() -> None:

@@ -11,14 +11,6 @@ from tools.embed import EmbeddingClient, client_module, text_input
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["http", "grpc"])
-def client(request, triton):
-    url = triton.http_url if request.param == "http" else triton.grpc_url
-    embedding_client = EmbeddingClient(request.param, url)
-    yield embedding_client
-    embedding_client.close()
-
-
 def still_serving(client: EmbeddingClient) -> None:
     embedding = client.embed(["the next good request"])
     assert embedding.shape == (1, 384)

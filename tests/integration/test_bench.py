@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def test_tiny_benchmark_writes_markdown_and_json(tmp_path) -> None:
     command = [
-        sys.executable, "-m", "tools.bench", "--seq-len", "16", "--concurrency", "2", "--batch-sizes", "1,4",
+        sys.executable, "-m", "tools.bench", "--target", "encoder", "--seq-len", "16", "--concurrency", "2", "--batch-sizes", "1,4",
         "--window", "0.6", "--max-windows", "3", "--warmup", "0.3", "--rate", "40", "--no-model-analyzer",
         "--winner", str(tmp_path / "absent.pbtxt"), "--out", str(tmp_path),
     ]  # fmt: skip

@@ -34,14 +34,6 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-@pytest.fixture(params=["http", "grpc"])
-def client(request, triton):
-    url = triton.http_url if request.param == "http" else triton.grpc_url
-    embedding_client = EmbeddingClient(request.param, url)
-    yield embedding_client
-    embedding_client.close()
-
-
 def test_embeddings_match_sentence_transformers(client, reference_model) -> None:
     served = client.embed(SENTENCES)
     expected = reference_model.encode(SENTENCES, convert_to_numpy=True)

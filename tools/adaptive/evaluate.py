@@ -25,10 +25,10 @@ from tools.adaptive.live import LiveController, server_config, with_delay
 from tools.adaptive.reload_cost import measure_reload_cost
 from tools.adaptive.replay import Phase, Records, phase_trace, replay, windows
 from tools.adaptive.report import phase_summary, render_markdown
-from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import number_list
 from tools.loadgen.targets import encoder_target
-from tools.local_triton import TritonStartError
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
 from tools.server_session import triton_endpoints
@@ -149,14 +149,7 @@ def evaluate(args: argparse.Namespace) -> int:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    try:
-        return evaluate(args)
-    except TritonStartError as exc:
-        log.error("%s", exc)
-        return 1
-    except (ValueError, ReloadError, AdminKeyError) as exc:
-        log.error("%s", exc)
-        return 2
+    return run_reporting_errors(lambda: evaluate(args), log)
 
 
 def main() -> None:

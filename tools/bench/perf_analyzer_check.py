@@ -24,8 +24,10 @@ import numpy as np
 from tools.loadgen import Measurement, Traffic, encoder_target, run_load
 from tools.local_triton import TritonInstallation
 from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.model_config import ModelConfig, load_config
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
+from tools.tuning.reload import load_with_config
 
 log = logging.getLogger("perf_analyzer_check")
 
@@ -52,6 +54,17 @@ def perf_analyzer_binary() -> tuple[Path, dict[str, str]]:
             link.symlink_to(next(libraries.glob(f"{prefix}*")))
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([str(HOME), str(libraries)]))
     return binary, env
+
+
+def without_priority_queues(config: ModelConfig) -> ModelConfig:
+    """The committed encoder config minus priority levels and queue policies: called
+    directly at low concurrency, Triton 2.51 then stalls some requests ~500 ms (see the
+    README), and neither tool would get stable windows. Both tools see the same config."""
+    plain = ModelConfig()
+    plain.CopyFrom(config)
+    for field in ("priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy"):
+        plain.dynamic_batching.ClearField(field)
+    return plain
 
 
 def input_data(sequence_length: int, path: Path) -> Path:
@@ -89,7 +102,10 @@ def run(argv: list[str] | None = None) -> int:
     configure_logging(args)
     rows = []
     measurement = Measurement(1.0, args.window, 3, 10, args.stability, ("encoder",))
-    with triton_endpoints(None) as endpoints:
+    with triton_endpoints(None, explicit_control=True) as endpoints:
+        load_with_config(
+            endpoints.http_url, "encoder", without_priority_queues(load_config(MODEL_REPOSITORY / "encoder")), endpoints.headers
+        )
         for level in (int(c) for c in args.concurrency.split(",")):
             theirs = run_perf_analyzer(endpoints.grpc_url, level, args.seq_len, int(args.window * 1000), args.stability)
             ours = run_load(

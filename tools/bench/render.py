@@ -18,7 +18,8 @@ def render_markdown(report: dict) -> str:
     lines = [
         "# Benchmark: dynamic batching on the local Triton",
         "",
-        f"Encoder requests of 1 x {s['sequence_length']} tokens; closed loop at concurrency {s['concurrency']} and a Poisson "
+        f"Load: {s.get('target', 'encoder')}, gRPC; raw engine and naive batcher at {s['sequence_length']} tokens per row. "
+        f"Closed loop at concurrency {s['concurrency']} and a Poisson "
         f"rate of {s['poisson_rate']:g} req/s; windows of {s['window_s']:g} s until 3 agree within 10% (at most "
         f"{s['max_windows']}). One run, all rows side by side; absolute numbers on a shared 2-core machine drift ~10% between runs.",
         "",

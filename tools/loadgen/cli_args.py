@@ -51,10 +51,12 @@ def traffics_from_args(args: argparse.Namespace) -> list[Traffic]:
     return [Traffic(concurrency=c, **common) for c in (args.concurrency or [1, 16])]
 
 
-def target_from_args(args: argparse.Namespace) -> Target:
-    if args.model == "encoder" or args.model.startswith("encoder"):
-        return encoder_target(args.seq_len, model=args.model)
-    return embed_target(args.texts_per_request, model=args.model)
+def target_from_args(args: argparse.Namespace, model: str | None = None) -> Target:
+    """Requests for `model` (default --model): token ids for an encoder, texts otherwise."""
+    model = model or args.model
+    if model.startswith("encoder"):
+        return encoder_target(args.seq_len, model=model)
+    return embed_target(args.texts_per_request, model=model)
 
 
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:

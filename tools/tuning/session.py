@@ -100,14 +100,16 @@ class Tuner:
         self.checkpoint.add(trial)
         return trial
 
-    def run(self, strategy: Strategy, progress: Callable[[int, Trial, Trial | None], None]) -> list[Trial]:
-        done: list[Trial] = []
+    def run(self, strategy: Strategy, progress: Callable[[int, Trial, Trial | None], None], done: list[Trial] | None = None) -> list[Trial]:
+        """Measure what the strategy proposes; `done` (e.g. the committed config) counts
+        for the running best and is returned with the new trials."""
+        done = list(done or [])
         while batch := strategy.next_candidates():
             for candidate in batch:
                 trial = self.evaluate(candidate)
                 strategy.record(candidate, trial.score)
                 done.append(trial)
-                progress(len(done), trial, best_trial(done))
+                progress(len(done) - 1, trial, best_trial(done))
         return done
 
 
