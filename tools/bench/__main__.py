@@ -140,10 +140,17 @@ def run(argv: list[str] | None = None) -> int:
         batcher = NaiveBatcher(session, base.max_batch_size, base.dynamic_batching.max_queue_delay_microseconds / 1e6)
         seconds = args.window * 2
         if traffic.closed_loop:
-            result = drive_naive(batcher, args.seq_len, concurrency=traffic.concurrency, warmup_s=args.warmup, seconds=seconds)
+            result = drive_naive(
+                batcher, args.seq_len, traffic.label(), concurrency=traffic.concurrency, warmup_s=args.warmup, seconds=seconds
+            )
         else:
             result = drive_naive(
-                batcher, args.seq_len, arrivals=traffic.arrivals(args.warmup + seconds), warmup_s=args.warmup, seconds=seconds
+                batcher,
+                args.seq_len,
+                traffic.label(),
+                arrivals=traffic.arrivals(args.warmup + seconds),
+                warmup_s=args.warmup,
+                seconds=seconds,
             )
         batcher.close()
         log.info("%-20s %s: %.1f req/s p99 %.1f ms", "naive batcher", result.label, result.throughput_rps, result.latency.p99_ms)

@@ -101,7 +101,7 @@ class InProcessResult:
     average_batch: float
 
 
-def drive_naive(batcher: NaiveBatcher, sequence_length: int, concurrency: int = 0, arrivals: np.ndarray | None = None,
+def drive_naive(batcher: NaiveBatcher, sequence_length: int, label: str, concurrency: int = 0, arrivals: np.ndarray | None = None,
                 warmup_s: float = 1.0, seconds: float = 6.0) -> InProcessResult:  # fmt: skip
     """Closed loop with `concurrency` threads, or open loop at the given arrival offsets."""
     feeds = token_batch(1, sequence_length)
@@ -126,7 +126,6 @@ def drive_naive(batcher: NaiveBatcher, sequence_length: int, concurrency: int = 
             thread.start()
         for thread in threads:
             thread.join()
-        label = f"concurrency {concurrency}"
     else:
         futures = []
         for offset in arrivals[arrivals < warmup_s + seconds]:
@@ -137,7 +136,6 @@ def drive_naive(batcher: NaiveBatcher, sequence_length: int, concurrency: int = 
             futures.append(future)
         for future in futures:
             future.result(timeout=120)
-        label = f"poisson {len(arrivals[arrivals < warmup_s + seconds]) / (warmup_s + seconds):.0f} req/s"
     measured = np.array([(s, d) for s, d in records if s >= start + warmup_s])
     latencies = measured[:, 1] - measured[:, 0] if len(measured) else np.array([])
     batch_sizes = batcher.batches[len(batcher.batches) // 4 :] or [0]
