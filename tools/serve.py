@@ -135,8 +135,11 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     except KeyboardInterrupt:
         if watch:
             watch.stop()
+        if server.process is None:  # the signal came during start-up; start() already stopped it
+            log.info("Triton stopped during start-up")
+            return 0
         log.info("stopping Triton (in-flight requests get up to %d s)", options.exit_timeout_s)
-        if server.process is not None and not server.drain(options.exit_timeout_s):
+        if not server.drain(options.exit_timeout_s):
             log.warning("requests were still queued after %d s; stopping anyway", options.exit_timeout_s)
         code = server.stop()
         log.info("Triton stopped (status %s)", code)
