@@ -14,6 +14,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tools.embed import EmbeddingClient, client_module, text_input
+from tools.loadgen.targets import token_tensors
 
 pytestmark = pytest.mark.integration
 
@@ -26,17 +27,6 @@ def texts_tensor(module, array: np.ndarray):
     tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
     tensor.set_data_from_numpy(array)
     return tensor
-
-
-def token_inputs(module, ids, mask=None) -> list:
-    ids = np.asarray(ids, dtype=np.int64)
-    mask = np.ones_like(ids) if mask is None else np.asarray(mask, dtype=np.int64)
-    tensors = []
-    for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", mask)):
-        tensor = module.InferInput(name, list(array.shape), "INT64")
-        tensor.set_data_from_numpy(array)
-        tensors.append(tensor)
-    return tensors
 
 
 def post(triton, path: str, body: bytes, headers: dict | None = None) -> tuple[int, str]:
@@ -67,7 +57,7 @@ def test_wrong_shape_or_rank_names_the_expected_shape(client, model: str, shape:
 
 def test_wrong_rank_at_the_encoder_is_named(client) -> None:
     with pytest.raises(InferenceServerException, match=r"unexpected shape for input '(INPUT_IDS|ATTENTION_MASK)' for model 'encoder'"):
-        client.client.infer("encoder", token_inputs(client.module, [101, 102]))
+        client.client.infer("encoder", token_tensors(client.module, [101, 102]))
     still_serving(client)
 
 
@@ -108,7 +98,7 @@ def test_priority_beyond_the_levels_runs_at_the_default_level(client, priority: 
 def test_out_of_range_token_id_fails_with_400_naming_the_input_and_value(client) -> None:
     for bad in (999_999, -5):
         with pytest.raises(InferenceServerException, match=rf"INPUT_IDS holds {bad}, outside .* range 0\.\.30521") as error:
-            client.client.infer("encoder", token_inputs(client.module, [[101, bad, 102]]))
+            client.client.infer("encoder", token_tensors(client.module, [[101, bad, 102]]))
         if client.protocol == "http":
             assert error.value.status() == "400"
     still_serving(client)
@@ -124,7 +114,7 @@ def test_a_bad_request_in_a_batch_does_not_fail_its_batch_mates(triton) -> None:
     def send(index: int):
         client = module.InferenceServerClient(triton.grpc_url)
         try:
-            return client.infer("encoder", token_inputs(module, payloads[index])).as_numpy("EMBEDDING").shape
+            return client.infer("encoder", token_tensors(module, payloads[index])).as_numpy("EMBEDDING").shape
         except InferenceServerException as exc:
             return str(exc)
         finally:

@@ -56,6 +56,18 @@ def embed_target(texts_per_request: int = 1, repeat_share: float = 0.0, model: s
     return Target(model, ("EMBEDDING",), make_inputs, f"{model}: {texts_per_request} mixed text(s)/request", texts_per_request)
 
 
+def token_tensors(module, ids, mask=None) -> list:
+    """INPUT_IDS and ATTENTION_MASK (INT64) for the encoder; the mask defaults to all ones."""
+    ids = np.asarray(ids, dtype=np.int64)
+    mask = np.ones_like(ids) if mask is None else np.asarray(mask, dtype=np.int64)
+    tensors = []
+    for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", mask)):
+        tensor = module.InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors
+
+
 def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int = 0, vocabulary: int = 30_000) -> Target:
     """Full-length token ids (no padding) so every request costs the same compute."""
     rng = np.random.default_rng(seed)
@@ -63,12 +75,7 @@ def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int
     mask = np.ones_like(ids)
 
     def make_inputs(module, index: int) -> list:
-        tensors = []
-        for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", mask)):
-            tensor = module.InferInput(name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        return tensors
+        return token_tensors(module, ids, mask)
 
     return Target(
         model, ("EMBEDDING",), make_inputs, f"{model}: 1 x {sequence_length} tokens/request", 1, {"sequence_length": sequence_length}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import tritonclient.http as httpclient
 
+from tools.loadgen.targets import token_tensors
 from tools.stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,6 @@ def encoder_batch(sequence_length: int):
     rng = np.random.default_rng(0)
 
     def make(module, size: int) -> list:
-        ids = rng.integers(1000, 30_000, size=(size, sequence_length), dtype=np.int64)
-        tensors = []
-        for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", np.ones_like(ids))):
-            tensor = module.InferInput(name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        return tensors
+        return token_tensors(module, rng.integers(1000, 30_000, size=(size, sequence_length), dtype=np.int64))
 
     return make
