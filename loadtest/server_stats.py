@@ -17,7 +17,7 @@ class Snapshot:
 
     @classmethod
     def take(cls, http_url: str, models: tuple[str, ...] = MODELS) -> Snapshot:
-        return cls(http_url, models, {model: ModelStats.fetch(http_url, model) for model in models})
+        return cls(http_url, models, {model: ModelStats.settled(http_url, model) for model in models})
 
     def __sub__(self, earlier: Snapshot) -> dict[str, ModelStats]:
         return {model: self.stats[model] - earlier.stats[model] for model in self.models}

@@ -73,12 +73,12 @@ def run_overload(server: LocalTriton, rate: float, seconds: float, mix: dict[int
     """One open-loop overload; latencies cover the whole run after a 1 s warm-up."""
     options = server.options
     models = ("embed",)
-    before = {model: ModelStats.fetch(options.http_url, model) for model in models}
+    before = {model: ModelStats.settled(options.http_url, model) for model in models}
     traffic = Traffic(rate=rate, priority_mix=mix, seed=seed)
     windows = max(1, round((seconds - 1.0) / 1.0))
     measurement = Measurement(warmup_s=1.0, window_s=1.0, stable_windows=windows, max_windows=windows, server_models=())
     result = run_load(embed_target(seed=seed), traffic, measurement, options.grpc_url, "grpc", options.http_url)
-    delta = {model: ModelStats.fetch(options.http_url, model) - before[model] for model in models}
+    delta = {model: ModelStats.settled(options.http_url, model) - before[model] for model in models}
     levels = []
     for level, cls in sorted(result.per_priority.items()):
         outcomes = cls.outcomes

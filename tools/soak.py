@@ -176,11 +176,11 @@ class _Soak:
 def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: float, seed: int = 0) -> SoakReport:
     """Drive the soak against a running local server (its PID is needed for memory)."""
     options = server.options
-    before = {m: ModelStats.fetch(options.http_url, m) for m in ("embed", "encoder")}
+    before = {m: ModelStats.settled(options.http_url, m) for m in ("embed", "encoder")}
     soak = _Soak(options.grpc_url, rate, duration_s, window_s, server.pid, seed)
     sent = len([1 for i in range(len(soak.schedule)) if i / rate < duration_s])
     records, windows = asyncio.run(soak.run())
-    after = {m: ModelStats.fetch(options.http_url, m) - before[m] for m in before}
+    after = {m: ModelStats.settled(options.http_url, m) - before[m] for m in before}
     outcomes: dict[str, dict[str, int]] = {}
     unexpected: dict[str, int] = {}
     examples: list[str] = []

@@ -59,7 +59,7 @@ def test_request_priority_levels_are_served(client, priority: int) -> None:
 
 
 def test_concurrent_requests_execute_in_batches_larger_than_one(triton) -> None:
-    before = ModelStats.fetch(triton.http_url, "encoder")
+    before = ModelStats.settled(triton.http_url, "encoder")
     clients = [EmbeddingClient("grpc", triton.grpc_url) for _ in range(16)]
 
     def send_requests(client: EmbeddingClient) -> int:
@@ -69,7 +69,7 @@ def test_concurrent_requests_execute_in_batches_larger_than_one(triton) -> None:
         rows = sum(pool.map(send_requests, clients))
     for client in clients:
         client.close()
-    delta = ModelStats.fetch(triton.http_url, "encoder") - before
+    delta = ModelStats.settled(triton.http_url, "encoder") - before
     assert rows == 16 * 6
     assert delta.inferences == rows
     assert delta.average_batch_size > 1.5, delta.batch_executions
@@ -79,10 +79,10 @@ def test_concurrent_requests_execute_in_batches_larger_than_one(triton) -> None:
 def test_repeated_request_is_answered_from_the_response_cache(triton) -> None:
     client = EmbeddingClient("http", triton.http_url)
     text = unique_text("cached")
-    before = ModelStats.fetch(triton.http_url, "embed")
+    before = ModelStats.settled(triton.http_url, "embed")
     first = client.embed([text])
     second = client.embed([text])
-    delta = ModelStats.fetch(triton.http_url, "embed") - before
+    delta = ModelStats.settled(triton.http_url, "embed") - before
     np.testing.assert_array_equal(first, second)
     assert delta.cache_hits == 1
     assert delta.cache_misses == 1

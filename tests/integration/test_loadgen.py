@@ -13,9 +13,9 @@ QUICK = Measurement(warmup_s=0.5, window_s=1.0, stable_windows=3, max_windows=4,
 
 
 def test_closed_loop_counts_match_the_servers_statistics(triton) -> None:
-    before = ModelStats.fetch(triton.http_url, "embed")
+    before = ModelStats.settled(triton.http_url, "embed")
     result = run_load(embed_target(), Traffic(concurrency=4), QUICK, triton.grpc_url, "grpc", triton.http_url)
-    served = ModelStats.fetch(triton.http_url, "embed") - before
+    served = ModelStats.settled(triton.http_url, "embed") - before
     assert result.run_sent > 0
     assert result.run_outcomes == {"ok": result.run_sent}, "every request got exactly one outcome"
     assert served.requests == result.run_sent

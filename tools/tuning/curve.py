@@ -33,10 +33,10 @@ def measure_curve(http_url: str, model: str, make_batch, batch_sizes: list[int],
         for size in batch_sizes:
             inputs = make_batch(httpclient, size)
             client.infer(model, inputs)  # first run of a shape may pay one-time costs
-            before = ModelStats.fetch(http_url, model)
+            before = ModelStats.settled(http_url, model)
             for _ in range(repeats):
                 client.infer(model, inputs)
-            delta = ModelStats.fetch(http_url, model) - before
+            delta = ModelStats.settled(http_url, model) - before
             execution_ms = delta.compute_ns / max(1, delta.requests) / 1e6
             points.append(CurvePoint(size, execution_ms, size / (execution_ms / 1000.0)))
             log.info("curve: batch %3d -> %.1f ms per execution, %.0f rows/s", size, execution_ms, points[-1].rows_per_s)
