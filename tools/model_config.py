@@ -57,6 +57,25 @@ def to_override_json(config: ModelConfig) -> str:
     return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
 
 
+PRIORITY_QUEUE_FIELDS = ("priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy")
+
+
+def has_priority_queues(config: ModelConfig) -> bool:
+    batcher = config.dynamic_batching
+    return batcher.priority_levels > 0 or batcher.HasField("default_queue_policy") or len(batcher.priority_queue_policy) > 0
+
+
+def without_priority_queues(config: ModelConfig) -> ModelConfig:
+    """A copy with one plain, unbounded queue: no priority levels, no queue policies.
+    On Triton 2.51 either of them makes the dynamic batcher sometimes leave an arriving
+    request waiting ~500 ms at low load (README, "The priority-queue tax")."""
+    plain = ModelConfig()
+    plain.CopyFrom(config)
+    for name in PRIORITY_QUEUE_FIELDS:
+        plain.dynamic_batching.ClearField(name)
+    return plain
+
+
 def batching_problems(config: ModelConfig) -> list[str]:
     """What is inconsistent in a config's batching settings (empty when none).
 

@@ -25,7 +25,7 @@ from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, number_list, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
 from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import load_config, save_config
+from tools.model_config import ModelConfig, has_priority_queues, load_config, save_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
@@ -49,17 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_load_arguments(parser, default_model="encoder")
     parser.add_argument("--load-model", default=None, help="model the traffic is sent to (default: the ensemble serving --model)")
     add_admin_key_arguments(parser)
-    parser.set_defaults(concurrency=[4, 16], warmup=1.0, window=2.0, max_windows=4, seq_len=None)
+    parser.set_defaults(concurrency=[1, 4, 16], warmup=1.0, window=2.0, max_windows=4, seq_len=None)
     space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
     space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
     space.add_argument("--delays-us", type=lambda t: number_list(t, int), default=None)
     space.add_argument("--preferred", default=PREFERRED_DEFAULT,
                        help="preferred-size styles: none, max, half, or sizes like 4+8 (default %(default)s, plus the knee)")  # fmt: skip
-    space.add_argument("--instances", type=lambda t: number_list(t, int), default=[1])
+    space.add_argument("--instances", type=lambda t: number_list(t, int), default=[1, 2], help="instance counts (default 1,2)")
+    space.add_argument(
+        "--priority-queues",
+        choices=("auto", "keep", "try-without"),
+        default="auto",
+        help="keep the committed priority levels and queue policies in every candidate, or also try configs without them "
+        "(an unbounded single queue; Triton 2.51 serves that faster at low load). auto: keep them when the traffic has a "
+        "--priority-mix or the objective is mixed, else try both",
+    )
     search = parser.add_argument_group("search")
     search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
-    search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
+    search.add_argument("--max-trials", type=int, default=16, help="hill-climb budget (default %(default)s)")
     search.add_argument("--resume", action="store_true", help="reuse trials from the report folder's checkpoint")
     output = parser.add_argument_group("output")
     output.add_argument("--report-dir", type=Path, default=None, help="default reports/tune-<model>")
@@ -70,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def search_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> SearchSpace:
+def search_space(args: argparse.Namespace, http_url: str, base: ModelConfig) -> SearchSpace:
+    base_max_batch = base.max_batch_size
     styles = tuple(s.strip() for s in args.preferred.split(",") if s.strip())
     if args.space:
         import yaml
@@ -92,7 +101,17 @@ def search_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -
                  "smaller executed batches are explored through preferred sizes", floor, ", ".join(ensembles), args.model)  # fmt: skip
     if not allowed:
         allowed = [floor]
-    return SearchSpace(allowed, delays, styles, args.instances)
+    return SearchSpace(allowed, delays, styles, args.instances, priority_queue_options(args) if has_priority_queues(base) else [False])
+
+
+def priority_queue_options(args: argparse.Namespace) -> list[bool]:
+    """Which priority-queue settings candidates may take; see --priority-queues."""
+    if args.priority_queues == "keep":
+        return [True]
+    if args.priority_queues == "try-without":
+        return [False, True]
+    needed = bool(args.priority_mix) or args.objective == "mixed"
+    return [True] if needed else [False, True]
 
 
 def derive_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> tuple[list[int], list[int], int]:
@@ -146,9 +165,10 @@ def run_tuning(args: argparse.Namespace) -> int:
             log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
                       endpoints.http_url)  # fmt: skip
             return 2
-        space = search_space(args, endpoints.http_url, base.max_batch_size)
-        log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s",
-                 space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances)  # fmt: skip
+        space = search_space(args, endpoints.http_url, base)
+        log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
+                 space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances,
+                 " or ".join("with" if q else "without" for q in space.priority_queues))  # fmt: skip
         settings = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "traffic": [t.label() for t in traffics],
                     "target": target.describe, "protocol": args.protocol, "space": space.to_dict()}  # fmt: skip
         checkpoint = Checkpoint(report_dir / "checkpoint.json", settings)
@@ -191,6 +211,9 @@ def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_di
     summary = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "trials": len(unique),
                "failed_to_load": sum(1 for t in unique if t.error), "winner": winner.to_dict() if winner else None,
                "committed": unique[0].to_dict() if unique else None}  # fmt: skip
+    with_queues = best_trial([t for t in unique if t.candidate.priority_queues])
+    if winner and not winner.candidate.priority_queues:
+        summary["best_with_priority_queues"] = with_queues.to_dict() if with_queues else None
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     log.info("report: %s (%s)", report_dir, ", ".join(p.name for p in [report_dir / "trials.csv", *plots]))
     if winner is None:
@@ -204,11 +227,22 @@ def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_di
     print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {winner.score.p99_ms:.1f} ms "
           f"(committed config: {committed.score.throughput_rps:.1f} req/s, p99 {committed.score.p99_ms:.1f} ms)")  # fmt: skip
     print(f"winner config written to {output}")
+    if not winner.candidate.priority_queues:
+        log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
+                    "unbounded. Need them? Rerun with --priority-queues keep%s", best_with_queues_hint(unique))  # fmt: skip
     diff = config_diff(base, config, f"{args.model}/config.pbtxt")
     if args.apply:
         save_config(config, MODEL_REPOSITORY / args.model)
         print(f"applied to {MODEL_REPOSITORY / args.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
     return 0
+
+
+def best_with_queues_hint(trials: list[Trial]) -> str:
+    best = best_trial([t for t in trials if t.candidate.priority_queues])
+    if best is None:
+        return ""
+    s = best.score
+    return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {s.p99_ms:.1f} ms"
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> None:
     command = [
         sys.executable, "-m", "tools.tune", "--model", "encoder", "--p99-ms", "5000", "--seq-len", "32",
-        "--strategy", "grid", "--max-batch-sizes", "32", "--delays-us", "0,3000", "--preferred", "none,8",
+        "--strategy", "grid", "--max-batch-sizes", "32", "--delays-us", "0,3000", "--preferred", "8",
+        "--instances", "1", "--priority-queues", "try-without",
         "--concurrency", "4", "--warmup", "0.3", "--window", "1", "--max-windows", "3", "--report-dir", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
@@ -34,7 +35,11 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert winner.dynamic_batching.max_queue_delay_microseconds == summary["winner"]["candidate"]["delay_us"]
     assert batching_problems(winner) == []
-    assert winner.dynamic_batching.priority_levels == 2, "fields the tuner does not sweep are kept"
+    assert winner.instance_group[0].count == 1
+    with_queues = summary["winner"]["candidate"]["priority_queues"]
+    assert (winner.dynamic_batching.priority_levels == 2) == with_queues
+    assert winner.dynamic_batching.HasField("default_queue_policy") == with_queues
+    assert {trial["candidate"]["priority_queues"] for trial in trials} == {True, False}, "both queue settings were tried"
 
 
 def test_tuning_a_server_without_explicit_model_control_is_refused(triton) -> None:

@@ -18,9 +18,21 @@ def result(throughput: float, p99: float, errors: int = 0, interactive_p99: floa
                       LatencySummary(count=100, p99_ms=p99), classes, 0, 0.0)  # fmt: skip
 
 
-def test_most_throughput_within_the_slo_wins() -> None:
+def test_throughput_within_the_slo_is_averaged_over_all_levels() -> None:
     s = score([result(50, 20), result(120, 45), result(200, 90)], p99_ms=50)
-    assert s.feasible and s.throughput_rps == 120
+    assert s.feasible and s.throughput_rps == (50 + 120 + 0) / 3
+    assert s.p99_ms == 45
+    assert "1 of 3 levels" in s.reason
+
+
+def test_a_config_fast_at_every_level_beats_one_that_only_wins_the_busiest() -> None:
+    steady = score([result(130, 10), result(190, 80)], p99_ms=250)
+    delayed = score([result(80, 15), result(230, 100)], p99_ms=250)
+    assert steady.value > delayed.value
+
+
+def test_throughput_first_takes_the_best_level() -> None:
+    assert score([result(50, 20), result(200, 900)], 50, "throughput-first").throughput_rps == 200
 
 
 def test_levels_with_errors_never_count() -> None:

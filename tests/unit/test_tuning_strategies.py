@@ -99,3 +99,50 @@ def test_inconsistent_candidate_is_refused_before_loading() -> None:
 
     with pytest.raises(ValueError, match="preferred_batch_size 8 is outside"):
         apply_candidate(load_config(MODEL_REPOSITORY / "encoder"), Candidate(4, (8,), 0))
+
+
+def test_a_candidate_without_priority_queues_drops_levels_and_policies_only() -> None:
+    from tools.model_config import batching_problems, load_config
+    from tools.paths import MODEL_REPOSITORY
+
+    base = load_config(MODEL_REPOSITORY / "encoder")
+    config = apply_candidate(base, Candidate(32, (8,), 0, 1, priority_queues=False))
+    batcher = config.dynamic_batching
+    assert batcher.priority_levels == 0 and batcher.default_priority_level == 0
+    assert not batcher.HasField("default_queue_policy") and len(batcher.priority_queue_policy) == 0
+    assert list(batcher.preferred_batch_size) == [8]
+    assert len(config.model_warmup) == len(base.model_warmup)
+    assert batching_problems(config) == []
+    assert candidate_of(config) == Candidate(32, (8,), 0, 1, priority_queues=False)
+    assert candidate_of(base).priority_queues
+
+
+def test_hill_climb_tries_dropping_the_priority_queues_when_the_space_allows_it() -> None:
+    space = SearchSpace([8, 16, 32], [0, 1000, 4000], ("none",), [1], priority_queues=[True, False])
+
+    def cheaper_without(candidate: Candidate) -> Score:
+        value = peak_at(16, 1000)(candidate).value + (0 if candidate.priority_queues else 5)
+        return Score(True, value, value, 10.0)
+
+    measured = drive(HillClimb(space, start=Candidate(32, (), 4000), max_trials=30), cheaper_without)
+    assert Candidate(16, (), 1000, 1, priority_queues=False) in measured
+    assert any(c.priority_queues for c in measured) and not all(c.priority_queues for c in measured)
+
+
+def test_the_key_marks_only_candidates_without_priority_queues() -> None:
+    assert Candidate(8, (4, 8), 1000, 2).key == "mbs8-pref4+8-delay1000-inst2"
+    assert Candidate(8, (), 0, 1, priority_queues=False).key == "mbs8-prefnone-delay0-inst1-noprio"
+    assert Candidate.from_dict(Candidate(8, (), 0, 1, False).to_dict()) == Candidate(8, (), 0, 1, False)
+    assert Candidate.from_dict({"max_batch_size": 8, "preferred": [], "delay_us": 0}).priority_queues, "old checkpoints load"
+
+
+def test_hill_climb_measures_its_seeds_first_and_climbs_from_the_best_start() -> None:
+    from tools.tuning.strategies import triton_default
+
+    space = SearchSpace([32], [0, 1000, 2000, 4000, 8000], ("none", "8"), [1, 2], priority_queues=[True, False])
+    seed = triton_default(space)
+    assert seed == Candidate(32, (), 0, 1, priority_queues=False)
+    measured = drive(HillClimb(space, start=Candidate(32, (8,), 8000, 2), max_trials=12, seeds=(seed,)), peak_at(32, 0))
+    assert measured[:2] == [Candidate(32, (8,), 8000, 2), seed]
+    first_neighbours = measured[2:7]
+    assert all(c.delay_us <= 2000 for c in first_neighbours), "the climb starts next to the better seed, not the far start"

@@ -30,6 +30,7 @@ from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import number_list
 from tools.loadgen.targets import encoder_target
 from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.model_config import has_priority_queues, without_priority_queues
 from tools.paths import REPO_ROOT
 from tools.server_session import triton_endpoints
 from tools.tuning.curve import encoder_batch, measure_curve
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", type=float, default=5.0, help="seconds per reported window")
     parser.add_argument("--control-window", type=float, default=2.0, help="the controller's observation window")
     parser.add_argument("--min-interval", type=float, default=6.0, help="the controller's seconds between changes")
+    parser.add_argument(
+        "--keep-priority-queues",
+        action="store_true",
+        help="evaluate with the committed priority levels and queue policies (default: without; see the report)",
+    )
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports" / "adapt")
     parser.add_argument("--url", default=None)
     parser.add_argument("--grpc-url", default=None)
@@ -87,7 +93,8 @@ def replay_controlled(endpoints, base, settings: ControlSettings, target, arriva
 def evaluate(args: argparse.Namespace) -> int:
     target = encoder_target(args.seq_len)
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        base = server_config(endpoints.grpc_url, "encoder")
+        served = server_config(endpoints.grpc_url, "encoder")
+        base = served if args.keep_priority_queues else without_priority_queues(served)
         committed = base.dynamic_batching.max_queue_delay_microseconds
         # batch 1 twice (first and last): the first executions after a start run cold
         curve = measure_curve(endpoints.http_url, "encoder", encoder_batch(args.seq_len), [1, 4, 8, 1], repeats=4)
@@ -124,13 +131,14 @@ def evaluate(args: argparse.Namespace) -> int:
         runs["controller"], live = replay_controlled(endpoints, base, settings, target, arrivals, args.control_window)
         labels["controller"] = "adaptive"
         try:
-            load_with_config(endpoints.http_url, "encoder", base, endpoints.headers)
+            load_with_config(endpoints.http_url, "encoder", served, endpoints.headers)
         except ReloadError as exc:
             log.error("could not restore the committed config: %s", exc)
 
     results = {
         "settings": {"p99_ms": args.p99_ms, "seq_len": args.seq_len, "phases": [asdict(p) for p in phases], "window_s": args.window,
-                     "committed_delay_us": committed, "control": asdict(settings), "arrivals": len(arrivals)},
+                     "committed_delay_us": committed, "priority_queues": has_priority_queues(base), "control": asdict(settings),
+                     "arrivals": len(arrivals)},
         "curve": [asdict(p) for p in curve],
         "reload_cost": cost,
         "runs": {name: {"label": labels[name], "windows": [asdict(w) for w in windows(records, total, args.window, args.p99_ms)],

@@ -69,6 +69,15 @@ def render_markdown(results: dict) -> str:
         + f"; encoder, 1 x {s['seq_len']} tokens per request; SLO p99 <= {s['p99_ms']:g} ms. "
         "Attainment = share of the requests sent in the phase answered within the SLO (failures count as misses).",
         "",
+        "Every config ran "
+        + (
+            "with the committed priority levels and queue policies."
+            if s.get("priority_queues", True)
+            else "without priority levels and queue policies (`--keep-priority-queues` keeps them): with them, Triton 2.51 "
+            "sometimes leaves a request sent straight to the encoder waiting ~500 ms at low load, a stall that would "
+            'decide this comparison instead of the delay (README, "The priority-queue tax").'
+        ),
+        "",
         "Batch curve (single requests, server compute per execution): "
         + ", ".join(f"batch {p['batch_size']}: {p['rows_per_s']:.0f} rows/s" for p in results["curve"]),
         "",

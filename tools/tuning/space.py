@@ -11,7 +11,7 @@ import itertools
 import os
 from dataclasses import asdict, dataclass, field
 
-from tools.model_config import ModelConfig, batching_problems
+from tools.model_config import ModelConfig, batching_problems, has_priority_queues, without_priority_queues
 
 
 @dataclass(frozen=True, order=True)
@@ -20,18 +20,26 @@ class Candidate:
     preferred: tuple[int, ...]  # () = let the batcher use max_batch_size
     delay_us: int
     instances: int = 1
+    priority_queues: bool = True  # False: no priority levels and no queue policies
 
     @property
     def key(self) -> str:
         preferred = "+".join(map(str, self.preferred)) or "none"
-        return f"mbs{self.max_batch_size}-pref{preferred}-delay{self.delay_us}-inst{self.instances}"
+        plain = "" if self.priority_queues else "-noprio"
+        return f"mbs{self.max_batch_size}-pref{preferred}-delay{self.delay_us}-inst{self.instances}{plain}"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> Candidate:
-        return cls(values["max_batch_size"], tuple(values["preferred"]), values["delay_us"], values.get("instances", 1))
+        return cls(
+            values["max_batch_size"],
+            tuple(values["preferred"]),
+            values["delay_us"],
+            values.get("instances", 1),
+            values.get("priority_queues", True),
+        )
 
 
 def preferred_options(max_batch_size: int, styles: tuple[str, ...]) -> list[tuple[int, ...]]:
@@ -60,6 +68,9 @@ class SearchSpace:
     delays_us: list[int]
     preferred_styles: tuple[str, ...] = ("none", "half")
     instances: list[int] = field(default_factory=lambda: [1])
+    # [True] keeps the committed priority levels and queue policies; [False, True] also tries
+    # without them: on Triton 2.51 they cost throughput at low load (README, "The priority-queue tax")
+    priority_queues: list[bool] = field(default_factory=lambda: [True])
 
     def __post_init__(self) -> None:
         if not self.max_batch_sizes or min(self.max_batch_sizes) < 1:
@@ -71,11 +82,13 @@ class SearchSpace:
         self.max_batch_sizes = sorted(set(self.max_batch_sizes))
         self.delays_us = sorted(set(self.delays_us))
         self.instances = sorted(set(self.instances))
+        self.priority_queues = sorted({bool(v) for v in self.priority_queues}) or [True]
 
     def candidates(self) -> list[Candidate]:
         out = []
-        for mbs, delay, count in itertools.product(self.max_batch_sizes, self.delays_us, self.instances):
-            out += [Candidate(mbs, preferred, delay, count) for preferred in preferred_options(mbs, self.preferred_styles)]
+        axes = itertools.product(self.max_batch_sizes, self.delays_us, self.instances, self.priority_queues)
+        for mbs, delay, count, queues in axes:
+            out += [Candidate(mbs, preferred, delay, count, queues) for preferred in preferred_options(mbs, self.preferred_styles)]
         return out
 
     def to_dict(self) -> dict:
@@ -91,6 +104,8 @@ def apply_candidate(base: ModelConfig, candidate: Candidate, cpu_count: int | No
     del batcher.preferred_batch_size[:]
     batcher.preferred_batch_size.extend(candidate.preferred)
     batcher.max_queue_delay_microseconds = candidate.delay_us
+    if not candidate.priority_queues:
+        config = without_priority_queues(config)
     if not config.instance_group:
         config.instance_group.add()
     for group in config.instance_group:
@@ -111,4 +126,5 @@ def candidate_of(config: ModelConfig) -> Candidate:
     """The committed config as a candidate (the baseline every sweep includes)."""
     instances = sum(group.count or 1 for group in config.instance_group) or 1
     batcher = config.dynamic_batching
-    return Candidate(config.max_batch_size, tuple(batcher.preferred_batch_size), batcher.max_queue_delay_microseconds, instances)
+    delay = batcher.max_queue_delay_microseconds
+    return Candidate(config.max_batch_size, tuple(batcher.preferred_batch_size), delay, instances, has_priority_queues(config))

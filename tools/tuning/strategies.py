@@ -35,7 +35,7 @@ class GridSearch:
 
 
 class HillClimb:
-    """Steepest ascent over the space's axes from a start point.
+    """Steepest ascent over the space's axes from the best of a start point and seeds.
 
     Neighbours differ in one axis by one or two steps (two, so one flat or noisy step
     does not end the climb); a climb ends when no neighbour beats the current point by
@@ -47,7 +47,13 @@ class HillClimb:
     name = "hill-climb"
 
     def __init__(
-        self, space: SearchSpace, start: Candidate | None = None, min_gain: float = 0.02, max_trials: int = 16, restarts: int = 1
+        self,
+        space: SearchSpace,
+        start: Candidate | None = None,
+        min_gain: float = 0.02,
+        max_trials: int = 16,
+        restarts: int = 1,
+        seeds: tuple[Candidate, ...] = (),
     ) -> None:
         self.space = space
         self.restarts = restarts
@@ -55,12 +61,15 @@ class HillClimb:
         self.max_trials = max_trials
         self.scores: dict[Candidate, Score] = {}
         self.current = self._snap(start) if start else self._middle()
+        # further start points, measured first; the climb begins at the best of them all
+        self.seeds = list(dict.fromkeys(self._snap(seed) for seed in seeds))
         self.finished = False
 
     def _middle(self) -> Candidate:
         mbs = self.space.max_batch_sizes[len(self.space.max_batch_sizes) // 2]
         delay = self.space.delays_us[len(self.space.delays_us) // 2]
-        return Candidate(mbs, preferred_options(mbs, self.space.preferred_styles)[0], delay, self.space.instances[0])
+        preferred = preferred_options(mbs, self.space.preferred_styles)[0]
+        return Candidate(mbs, preferred, delay, self.space.instances[0], self.space.priority_queues[-1])
 
     def _snap(self, candidate: Candidate) -> Candidate:
         """The nearest point of the space (so the committed config can be the start)."""
@@ -71,14 +80,14 @@ class HillClimb:
         mbs = nearest(self.space.max_batch_sizes, candidate.max_batch_size)
         options = preferred_options(mbs, self.space.preferred_styles)
         preferred = next((p for p in options if p == candidate.preferred), options[0])
-        return Candidate(
-            mbs, preferred, nearest(self.space.delays_us, candidate.delay_us), nearest(self.space.instances, candidate.instances)
-        )
+        queues = candidate.priority_queues if candidate.priority_queues in self.space.priority_queues else self.space.priority_queues[-1]
+        delay, instances = nearest(self.space.delays_us, candidate.delay_us), nearest(self.space.instances, candidate.instances)
+        return Candidate(mbs, preferred, delay, instances, queues)
 
     def neighbours(self, point: Candidate) -> list[Candidate]:
         space, found = self.space, []
-        axes = {"mbs": space.max_batch_sizes, "delay": space.delays_us, "inst": space.instances}
-        position = {"mbs": point.max_batch_size, "delay": point.delay_us, "inst": point.instances}
+        axes = {"mbs": space.max_batch_sizes, "delay": space.delays_us, "inst": space.instances, "queues": space.priority_queues}
+        position = {"mbs": point.max_batch_size, "delay": point.delay_us, "inst": point.instances, "queues": point.priority_queues}
         for axis, values in axes.items():
             index = values.index(position[axis])
             for step in (-2, -1, 1, 2):
@@ -87,10 +96,10 @@ class HillClimb:
                     options = preferred_options(moved["mbs"], space.preferred_styles)
                     style = self._style_index(point)
                     preferred = options[min(style, len(options) - 1)]
-                    found.append(Candidate(moved["mbs"], preferred, moved["delay"], moved["inst"]))
+                    found.append(Candidate(moved["mbs"], preferred, moved["delay"], moved["inst"], moved["queues"]))
         for preferred in preferred_options(point.max_batch_size, space.preferred_styles):
             if preferred != point.preferred:
-                found.append(Candidate(point.max_batch_size, preferred, point.delay_us, point.instances))
+                found.append(Candidate(point.max_batch_size, preferred, point.delay_us, point.instances, point.priority_queues))
         return list(dict.fromkeys(found))
 
     def _style_index(self, point: Candidate) -> int:
@@ -109,6 +118,12 @@ class HillClimb:
             return []
         if self.current not in self.scores:
             return [self.current]
+        if self.seeds:
+            unmeasured = [seed for seed in self.seeds if seed not in self.scores]
+            if unmeasured:
+                return unmeasured[:budget]
+            self.current = max([self.current, *self.seeds], key=lambda c: self.scores[c].value)
+            self.seeds = []
         around = self.neighbours(self.current)
         unmeasured = [n for n in around if n not in self.scores]
         if unmeasured:
@@ -137,6 +152,7 @@ class HillClimb:
             position(space.max_batch_sizes, candidate.max_batch_size),
             position(space.delays_us, candidate.delay_us),
             position(space.instances, candidate.instances),
+            float(candidate.priority_queues) if len(space.priority_queues) > 1 else 0.0,
         )
 
     def _farthest_unmeasured(self) -> Candidate | None:
@@ -153,9 +169,16 @@ class HillClimb:
         self.scores[candidate] = score
 
 
+def triton_default(space: SearchSpace) -> Candidate:
+    """Where Triton's own tuning guide starts: `dynamic_batching {}` (no delay, no preferred
+    sizes; also Model Analyzer's pick here), one instance, without priority queues if the
+    space allows it."""
+    return Candidate(space.max_batch_sizes[-1], (), space.delays_us[0], space.instances[0], space.priority_queues[0])
+
+
 def make_strategy(name: str, space: SearchSpace, start: Candidate | None, max_trials: int) -> Strategy:
     if name == "grid":
         return GridSearch(space)
     if name == "hill-climb":
-        return HillClimb(space, start, max_trials=max_trials)
+        return HillClimb(space, start, max_trials=max_trials, seeds=(triton_default(space),))
     raise ValueError(f"unknown strategy {name!r} (grid, hill-climb)")
