@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     search = parser.add_argument_group("search")
     search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
-    search.add_argument("--max-trials", type=int, default=16, help="hill-climb budget (default %(default)s)")
+    search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
+    search.add_argument("--confirm", type=int, default=3, help="re-measure this many best configs; each keeps its worse run (default 3)")
     search.add_argument("--resume", action="store_true", help="reuse trials from the report folder's checkpoint")
     output = parser.add_argument_group("output")
     output.add_argument("--report-dir", type=Path, default=None, help="default reports/tune-<model>")
@@ -134,9 +135,24 @@ def default_load_model(model: str) -> str:
     tokenisation and padding shape the batches as in production; the model itself when no
     ensemble uses it. Direct calls also miss a Triton 2.51 stall: with priority levels or
     queue policies, a request sent straight to a Python-backend model at low concurrency
-    sometimes waits ~500 ms (README, "Measuring through the ensemble")."""
+    sometimes waits ~500 ms (README, "The priority-queue tax")."""
     _, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, model)
     return ensembles[0] if ensembles else model
+
+
+def confirm_finalists(tuner: Tuner, trials: list[Trial], count: int) -> list[Trial]:
+    """Re-measure the `count` best configs once and rank them by their worse run."""
+    unique = list({t.candidate: t for t in trials}.values())
+    finalists = sorted((t for t in unique if t.score.feasible), key=lambda t: t.score.value, reverse=True)[:count]
+    if finalists:
+        log.info("confirming the %d best configs with a second run each (a config keeps its worse run)", len(finalists))
+    confirmed = {}
+    for trial in finalists:
+        confirmed[trial.candidate] = tuner.confirm(trial)
+        s = confirmed[trial.candidate].score
+        state = f"{s.throughput_rps:.1f} req/s p99 {s.p99_ms:.1f} ms" if s.feasible else f"infeasible ({s.reason})"
+        print(f"[confirm ] {trial.candidate.key:34} first run {trial.score.throughput_rps:.1f} req/s -> kept {state}", flush=True)
+    return [confirmed.get(t.candidate, t) for t in unique]
 
 
 def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
@@ -192,6 +208,7 @@ def run_tuning(args: argparse.Namespace) -> int:
             trials.append(committed)
             strategy.record(baseline, committed.score)
             trials = tuner.run(strategy, progress_line, trials)
+            trials = confirm_finalists(tuner, trials, args.confirm)
         except KeyboardInterrupt:
             log.warning("interrupted: %d trials kept in %s; rerun with --resume to continue", len(checkpoint.trials), checkpoint.path)
             return 130

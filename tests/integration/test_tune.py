@@ -18,13 +18,14 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     command = [
         sys.executable, "-m", "tools.tune", "--model", "encoder", "--p99-ms", "5000", "--seq-len", "32",
         "--strategy", "grid", "--max-batch-sizes", "32", "--delays-us", "0,3000", "--preferred", "8",
-        "--instances", "1", "--priority-queues", "try-without",
+        "--instances", "1", "--priority-queues", "try-without", "--confirm", "1",
         "--concurrency", "4", "--warmup", "0.3", "--window", "1", "--max-windows", "3", "--report-dir", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "winner:" in result.stdout
     assert result.stdout.count("[trial") >= 4  # the committed config plus 4 candidates (one may equal it)
+    assert result.stdout.count("[confirm ]") == 1, "the best config was measured a second time"
 
     trials = json.loads((tmp_path / "trials.json").read_text())
     assert all(not trial["error"] for trial in trials), "every candidate loaded live"
@@ -40,6 +41,7 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     assert (winner.dynamic_batching.priority_levels == 2) == with_queues
     assert winner.dynamic_batching.HasField("default_queue_policy") == with_queues
     assert {trial["candidate"]["priority_queues"] for trial in trials} == {True, False}, "both queue settings were tried"
+    assert sum(trial["runs"] == 2 for trial in trials) == 1, "exactly the one finalist has two runs"
 
 
 def test_tuning_a_server_without_explicit_model_control_is_refused(triton) -> None:

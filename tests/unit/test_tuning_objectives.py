@@ -97,3 +97,18 @@ def test_interrupted_sweep_resumes_without_measuring_again(tmp_path) -> None:
 def test_checkpoint_of_another_sweep_is_ignored(tmp_path) -> None:
     Checkpoint(tmp_path / "c.json", {"p99_ms": 50}).add(Trial(Candidate(8, (), 0), score([result(1, 1)], 50)))
     assert Checkpoint(tmp_path / "c.json", {"p99_ms": 80}).load() == 0
+
+
+def test_a_confirmed_finalist_keeps_its_worse_run(tmp_path) -> None:
+    from tools.model_config import load_config
+    from tools.paths import MODEL_REPOSITORY
+
+    runs = iter([[result(200, 100)], [result(200, 600)]])  # the second run meets a stall
+    tuner = Tuner(load_config(MODEL_REPOSITORY / "encoder"), lambda: next(runs), lambda config: None, 250, "throughput-slo",
+                  Checkpoint(tmp_path / "c.json", {}))  # fmt: skip
+    first = tuner.evaluate(Candidate(32, (), 0))
+    assert first.score.feasible
+    confirmed = tuner.confirm(first)
+    assert confirmed.runs == 2 and not confirmed.score.feasible
+    assert tuner.confirm(confirmed) is confirmed, "a confirmed trial is not measured a third time"
+    assert Checkpoint(tmp_path / "c.json", {}).load() == 1

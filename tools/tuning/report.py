@@ -14,7 +14,8 @@ from tools.tuning.session import Trial
 log = logging.getLogger("tune")
 
 CSV_FIELDS = (
-    "key", "max_batch_size", "preferred", "delay_us", "instances", "priority_queues", "feasible", "score_throughput_rps", "score_p99_ms",
+    "key", "max_batch_size", "preferred", "delay_us", "instances", "priority_queues", "runs", "feasible",
+    "score_throughput_rps", "score_p99_ms",
     "traffic", "throughput_rps", "p50_ms", "p99_ms", "errors", "avg_batch", "queue_ms", "compute_ms", "error",
 )  # fmt: skip
 
@@ -29,7 +30,8 @@ def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
             c = trial.candidate
             common = {
                 "key": c.key, "max_batch_size": c.max_batch_size, "preferred": " ".join(map(str, c.preferred)),
-                "delay_us": c.delay_us, "instances": c.instances, "priority_queues": c.priority_queues, "feasible": trial.score.feasible,
+                "delay_us": c.delay_us, "instances": c.instances, "priority_queues": c.priority_queues, "runs": trial.runs,
+                "feasible": trial.score.feasible,
                 "score_throughput_rps": round(trial.score.throughput_rps, 2), "score_p99_ms": round(trial.score.p99_ms, 2),
                 "error": trial.error,
             }  # fmt: skip

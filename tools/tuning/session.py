@@ -30,6 +30,7 @@ class Trial:
     results: list[dict] = field(default_factory=list)  # LoadResult.to_dict() per traffic level
     error: str = ""
     seconds: float = 0.0
+    runs: int = 1  # measurements behind the score (a confirmed trial keeps its worst run)
 
     def to_dict(self) -> dict:
         return {
@@ -39,13 +40,13 @@ class Trial:
             "results": self.results,
             "error": self.error,
             "seconds": self.seconds,
+            "runs": self.runs,
         }
 
     @classmethod
     def from_dict(cls, values: dict) -> Trial:
-        return cls(
-            Candidate.from_dict(values["candidate"]), Score(**values["score"]), values["results"], values["error"], values["seconds"]
-        )
+        candidate, score = Candidate.from_dict(values["candidate"]), Score(**values["score"])
+        return cls(candidate, score, values["results"], values["error"], values["seconds"], values.get("runs", 1))
 
 
 class Checkpoint:
@@ -99,6 +100,18 @@ class Tuner:
         trial.seconds = time.perf_counter() - started
         self.checkpoint.add(trial)
         return trial
+
+    def confirm(self, trial: Trial) -> Trial:
+        """Measure a finalist again and keep its worse run: a rare stall or a quiet moment
+        on a shared machine can make one run look better than the config is."""
+        if trial.runs > 1 or trial.error:
+            return trial
+        del self.checkpoint.trials[trial.candidate]
+        again = self.evaluate(trial.candidate)
+        worse = again if again.score.value < trial.score.value else trial
+        confirmed = Trial(trial.candidate, worse.score, worse.results, worse.error, trial.seconds + again.seconds, trial.runs + 1)
+        self.checkpoint.add(confirmed)
+        return confirmed
 
     def run(self, strategy: Strategy, progress: Callable[[int, Trial, Trial | None], None], done: list[Trial] | None = None) -> list[Trial]:
         """Measure what the strategy proposes; `done` (e.g. the committed config) counts
