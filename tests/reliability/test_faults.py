@@ -39,10 +39,13 @@ def embed_once(url: str, text: str) -> str:
         client.close()
 
 
-def kill_stub(server_pid: int, model: str) -> int:
-    (stub,) = [s for s in stub_processes(server_pid) if s.model == model and s.alive]
-    os.kill(stub.pid, signal.SIGKILL)
-    return stub.pid
+def kill_stubs(server_pid: int, model: str) -> list[int]:
+    """SIGKILL every backend stub of `model` (one per instance)."""
+    stubs = [s for s in stub_processes(server_pid) if s.model == model and s.alive]
+    assert stubs, f"no stub process of {model}"
+    for stub in stubs:
+        os.kill(stub.pid, signal.SIGKILL)
+    return [stub.pid for stub in stubs]
 
 
 @pytest.mark.parametrize("model", ["tokenizer", "encoder"])
@@ -50,10 +53,10 @@ def test_a_killed_stub_fails_requests_cleanly_until_the_health_watch_reloads_it(
     options = explicit_triton.options
     watch = HealthWatch(explicit_triton.pid, options.http_url, options.model_repository, explicit_triton.admin_headers, 0.5)
     assert embed_once(options.grpc_url, "before") == "ok"
-    kill_stub(explicit_triton.pid, model)
+    kill_stubs(explicit_triton.pid, model)
     time.sleep(0.3)
     failure = embed_once(options.grpc_url, "while dead")
-    assert f"Stub process '{model}_0_0' is not healthy" in failure, "Triton neither hangs nor restarts the stub"
+    assert re.search(rf"Stub process '{model}_0_\d+' is not healthy", failure), f"Triton neither hangs nor restarts the stub: {failure}"
     with urllib.request.urlopen(f"http://{options.http_url}/v2/models/{model}/ready") as response:
         assert response.status == 200, "readiness does not notice: hence the watch"
     deadline = time.monotonic() + 60

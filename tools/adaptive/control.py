@@ -11,9 +11,11 @@ the SLO decides how urgent a move is:
   (bounded by `max_delay_us`);
 - a backlog (mean queue time well above the delay itself, while busy > `busy_low`)
   counts as overloaded: requests wait for the instance, not for the batcher;
-- latency estimate over the SLO while not overloaded, or idle (busy <= `busy_low`):
-  multiplicative decrease by `decrease_factor` (bounded by `max_step_us`; below
-  `min_step_us` it snaps to `min_delay_us`);
+- latency estimate over the SLO while not overloaded, and the delay is at least
+  `delay_share` of the mean latency (else cutting it cannot fix the breach and the
+  reload costs more than it saves), or idle (busy <= `busy_low`): multiplicative
+  decrease by `decrease_factor` (bounded by `max_step_us`; below `min_step_us` it snaps
+  to `min_delay_us`);
 - in between: hold (the band between the two thresholds is the hysteresis).
 
 A move happens only after `confirm_windows` windows in a row agree, at least
@@ -50,6 +52,7 @@ class ControlSettings:
     min_requests: int = 5  # fewer requests in a window: too little evidence to act on
     max_batch_size: int = 0  # batches this large cannot grow by waiting longer (0: unknown)
     backlog_ms: float = 5.0  # mean queue time above this (and above 2x the delay) counts as a backlog
+    delay_share: float = 0.10  # an SLO breach lowers the delay only if it is at least this share of the mean latency
 
     def __post_init__(self) -> None:
         if self.p99_ms <= 0:
@@ -137,6 +140,11 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
             return HOLD, f"{cause}, but batches are already full ({obs.batch_size:.1f}): waiting longer cannot grow them"
         return UP, f"{cause}: larger batches buy capacity (batching gain {settings.batching_gain:.2f}x)"
     if estimate > settings.p99_ms:
+        delay_ms = current_us / 1000.0
+        if delay_ms < settings.delay_share * obs.mean_ms:
+            # cutting a delay that is a sliver of the latency buys little and a reload costs ~2 s of it
+            return HOLD, (f"latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms, but the delay ({delay_ms:g} ms) "
+                          f"is under {settings.delay_share:.0%} of the mean {obs.mean_ms:.0f} ms: not the cause")  # fmt: skip
         return DOWN, f"latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms while busy only {obs.busy:.0%}"
     if obs.busy <= settings.busy_low:
         return DOWN, f"busy {obs.busy:.0%} <= {settings.busy_low:.0%}: the delay only adds latency"

@@ -24,7 +24,7 @@ import numpy as np
 from tools.loadgen import Measurement, Traffic, encoder_target, run_load
 from tools.local_triton import TritonInstallation
 from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import ModelConfig, load_config
+from tools.model_config import load_config, without_priority_queues
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
 from tools.tuning.reload import load_with_config
@@ -54,17 +54,6 @@ def perf_analyzer_binary() -> tuple[Path, dict[str, str]]:
             link.symlink_to(next(libraries.glob(f"{prefix}*")))
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([str(HOME), str(libraries)]))
     return binary, env
-
-
-def without_priority_queues(config: ModelConfig) -> ModelConfig:
-    """The committed encoder config minus priority levels and queue policies: called
-    directly at low concurrency, Triton 2.51 then stalls some requests ~500 ms (see the
-    README), and neither tool would get stable windows. Both tools see the same config."""
-    plain = ModelConfig()
-    plain.CopyFrom(config)
-    for field in ("priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy"):
-        plain.dynamic_batching.ClearField(field)
-    return plain
 
 
 def input_data(sequence_length: int, path: Path) -> Path:

@@ -8,7 +8,6 @@ from tools that sweep the two independently.
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import asdict, dataclass, field
 
 from tools.model_config import ModelConfig, batching_problems, has_priority_queues, without_priority_queues
@@ -95,7 +94,7 @@ class SearchSpace:
         return asdict(self)
 
 
-def apply_candidate(base: ModelConfig, candidate: Candidate, cpu_count: int | None = None) -> ModelConfig:
+def apply_candidate(base: ModelConfig, candidate: Candidate) -> ModelConfig:
     """The base config with the candidate's batching fields; everything else is kept."""
     config = ModelConfig()
     config.CopyFrom(base)
@@ -110,9 +109,8 @@ def apply_candidate(base: ModelConfig, candidate: Candidate, cpu_count: int | No
         config.instance_group.add()
     for group in config.instance_group:
         group.count = candidate.instances
-    if candidate.instances > 1:  # share the cores instead of oversubscribing them
-        threads = max(1, (cpu_count or os.cpu_count() or 1) // candidate.instances)
-        config.parameters["intra_op_thread_count"].string_value = str(threads)
+    # threads per instance: the local backend shares the cores out among the instances
+    # unless `intra_op_thread_count` is set (tools/backends/onnxruntime)
     warmups = [w for w in config.model_warmup if w.batch_size <= candidate.max_batch_size]
     del config.model_warmup[:]
     config.model_warmup.extend(warmups)

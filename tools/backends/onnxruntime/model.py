@@ -57,12 +57,19 @@ def _lookup_bounds(path: Path) -> dict[str, int]:
     return bounds
 
 
+def _cpu_instances(config: dict) -> int:
+    return sum(int(group.get("count", 1) or 1) for group in config.get("instance_group", []) if group.get("kind") != "KIND_GPU") or 1
+
+
 def _session_options(config: dict) -> ort.SessionOptions:
+    """Threads per session: `intra_op_thread_count` if set, else the cores shared out among
+    the CPU instances (ONNX Runtime's default of every core per instance would have two
+    instances fight over the same cores)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     parameters = config.get("parameters", {})
-    intra = parameters.get("intra_op_thread_count", {}).get("string_value")
-    options.intra_op_num_threads = int(intra) if intra else int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    intra = parameters.get("intra_op_thread_count", {}).get("string_value") or os.environ.get("OMP_NUM_THREADS")
+    options.intra_op_num_threads = int(intra) if intra else max(1, (os.cpu_count() or 1) // _cpu_instances(config))
     return options
 
 
