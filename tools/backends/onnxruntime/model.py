@@ -62,14 +62,14 @@ def _cpu_instances(config: dict) -> int:
 
 
 def _session_options(config: dict) -> ort.SessionOptions:
-    """Threads per session: `intra_op_thread_count` if set, else the cores shared out among
-    the CPU instances (ONNX Runtime's default of every core per instance would have two
-    instances fight over the same cores)."""
+    """Threads per session: `intra_op_thread_count` if set, else the core budget
+    (OMP_NUM_THREADS, or every core) shared out among the CPU instances: each instance
+    taking the whole budget would have two instances fight over the same cores."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    parameters = config.get("parameters", {})
-    intra = parameters.get("intra_op_thread_count", {}).get("string_value") or os.environ.get("OMP_NUM_THREADS")
-    options.intra_op_num_threads = int(intra) if intra else max(1, (os.cpu_count() or 1) // _cpu_instances(config))
+    explicit = config.get("parameters", {}).get("intra_op_thread_count", {}).get("string_value")
+    budget = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+    options.intra_op_num_threads = int(explicit) if explicit else max(1, budget // _cpu_instances(config))
     return options
 
 
