@@ -98,15 +98,18 @@ def evaluate(args: argparse.Namespace) -> int:
         committed = base.dynamic_batching.max_queue_delay_microseconds
         # batch 1 twice (first and last): the first executions after a start run cold
         curve = measure_curve(endpoints.http_url, "encoder", encoder_batch(args.seq_len), [1, 4, 8, 1], repeats=4)
-        capacity = max(p.rows_per_s for p in curve if p.batch_size == 1)
-        gain = max(p.rows_per_s for p in curve) / capacity
+        per_instance = max(p.rows_per_s for p in curve if p.batch_size == 1)
+        gain = max(p.rows_per_s for p in curve) / per_instance
+        # the curve runs one request at a time, on one instance; the others serve in parallel
+        instances = sum(group.count or 1 for group in base.instance_group) or 1
+        capacity = per_instance * instances
         low = args.low_rate or round(0.25 * capacity, 1)
         peak = args.peak_rate or round(0.75 * capacity, 1)
         rates = {"low": low, "peak": peak}
         phases = [Phase(name, rates[name], args.phase_s) for name in args.pattern.split(",")]
         arrivals = phase_trace(phases)
         total = sum(p.seconds for p in phases)
-        log.info("capacity %.0f rows/s at batch 1, gain %.2fx; trace %s, %d arrivals over %g s", capacity, gain,
+        log.info("capacity %.0f rows/s at batch 1 (%d instance(s)), gain %.2fx; trace %s, %d arrivals over %g s", capacity, instances, gain,
                  " -> ".join(f"{p.name} {p.rate:g}/s" for p in phases), len(arrivals), total)  # fmt: skip
         args.report_dir.mkdir(parents=True, exist_ok=True)
         (args.report_dir / "trace.txt").write_text("\n".join(f"{t:.6f}" for t in arrivals) + "\n")

@@ -34,12 +34,16 @@ log = logging.getLogger("bench")
 
 def model_analyzer_pick(base: ModelConfig, batch_floor: int) -> ModelConfig:
     """What Model Analyzer recommended for this encoder here: max batch 8 and the default
-    batcher (`dynamic_batching {}`). Where an ensemble needs a larger max_batch_size
-    (Triton refuses the ensemble otherwise), batches are held to 8 by a preferred size."""
+    batcher (`dynamic_batching {}`), one instance. Where an ensemble needs a larger
+    max_batch_size (Triton refuses the ensemble otherwise), batches are held to 8 by a
+    preferred size."""
     config = ModelConfig()
     config.CopyFrom(base)
     config.ClearField("dynamic_batching")
     config.dynamic_batching.SetInParent()
+    del config.instance_group[1:]
+    if config.instance_group:
+        config.instance_group[0].count = 1
     config.max_batch_size = max(8, batch_floor)
     if batch_floor > 8:
         config.dynamic_batching.preferred_batch_size.append(8)

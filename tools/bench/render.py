@@ -11,6 +11,30 @@ def _served_best(results: list[dict]) -> float:
     return max((r["throughput_rps"] for r in results if not r["outcomes"].keys() - {"ok"}), default=0.0)
 
 
+def _closed_loop_mean(results: list[dict]) -> float:
+    closed = [r["throughput_rps"] for r in results if r["traffic"].startswith("concurrency")]
+    return sum(closed) / len(closed) if closed else 0.0
+
+
+def _winner_vs_model_analyzer(served: dict[str, list[dict]]) -> list[str]:
+    """The tuner's pick against Model Analyzer's under the same load, level by level and by
+    the tuner's objective (mean throughput over the closed-loop levels)."""
+    winner, analyzer = served.get("tuner winner"), served.get("Model Analyzer pick")
+    if not winner or not analyzer:
+        return []
+    lines = [
+        f"- tuner winner vs Model Analyzer pick, mean over the closed-loop levels: {_closed_loop_mean(winner):.1f} vs "
+        f"{_closed_loop_mean(analyzer):.1f} req/s"
+    ]
+    for a, b in zip(analyzer, winner):
+        if a["throughput_rps"]:
+            lines.append(
+                f"- tuner winner vs Model Analyzer pick at {b['traffic']}: throughput x{b['throughput_rps'] / a['throughput_rps']:.2f}, "
+                f"p99 {b['latency']['p99_ms']:.1f} vs {a['latency']['p99_ms']:.1f} ms"
+            )
+    return lines
+
+
 def render_markdown(report: dict) -> str:
     s = report["settings"]
     raw = report["raw_engine"]
@@ -66,5 +90,6 @@ def render_markdown(report: dict) -> str:
                     f"- dynamic vs no batching at {b['traffic']}: throughput x{b['throughput_rps'] / a['throughput_rps']:.2f}, "
                     f"p99 {b['latency']['p99_ms']:.1f} vs {a['latency']['p99_ms']:.1f} ms"
                 )
+    lines += _winner_vs_model_analyzer(served)
     lines += ["", f"Benchmark took {report['seconds']:.0f} s.", ""]
     return "\n".join(lines)
