@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     law.add_argument("--busy-low", type=float, default=defaults.busy_low, help="utilisation that asks for less delay")
     law.add_argument("--confirm-windows", type=int, default=defaults.confirm_windows, help="windows in a row before a move")
     law.add_argument("--min-interval", type=float, default=defaults.min_interval_s, help="seconds between changes")
+    law.add_argument("--min-gain", type=float, default=defaults.min_gain,
+                     help="raise the delay only if batching gains at least this (best/batch-1 rows/s)")  # fmt: skip
     law.add_argument("--tail-factor", type=float, default=defaults.tail_factor, help="p99 estimate = mean server latency x this")
     law.add_argument("--batching-gain", type=float, default=None,
                      help="best/batch-1 rows/s of the model; default: measured once at start (encoder)")  # fmt: skip
@@ -70,7 +72,7 @@ def settings_from_args(args: argparse.Namespace, batching_gain: float, max_batch
         p99_ms=args.p99_ms, min_delay_us=args.min_delay_us, max_delay_us=args.max_delay_us, step_up_us=args.step_up_us,
         decrease_factor=args.decrease_factor, max_step_us=args.max_step_us, busy_high=args.busy_high, busy_low=args.busy_low,
         confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
-        batching_gain=batching_gain, max_batch_size=max_batch_size,
+        batching_gain=batching_gain, min_gain=args.min_gain, max_batch_size=max_batch_size,
     )  # fmt: skip
 
 

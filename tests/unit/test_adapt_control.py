@@ -51,7 +51,10 @@ def test_a_delay_too_small_to_cause_the_breach_is_left_alone() -> None:
 def test_no_increase_when_batching_gains_nothing_on_this_model() -> None:
     flat = ControlSettings(p99_ms=100, batching_gain=1.0)
     direction, reason = want(flat, window(busy=0.95))
-    assert direction == HOLD and "buys nothing" in reason
+    assert direction == HOLD and "too little" in reason
+    # measured on this CPU at 128 tokens (bench-adapt): raising the delay made the peak worse
+    assert want(ControlSettings(p99_ms=100, batching_gain=1.12), window(busy=0.95))[0] == HOLD
+    assert want(ControlSettings(p99_ms=100, batching_gain=1.12, min_gain=1.1), window(busy=0.95))[0] == UP
 
 
 def test_steps_are_bounded_and_clamped() -> None:

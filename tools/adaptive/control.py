@@ -41,14 +41,14 @@ class ControlSettings:
     step_up_us: int = 2_000
     decrease_factor: float = 0.5
     max_step_us: int = 8_000
-    min_step_us: int = 1_000
+    min_step_us: int = 2_000  # a delay this small is dropped to min_delay_us in one step
     busy_high: float = 0.80
     busy_low: float = 0.50
     confirm_windows: int = 2
     min_interval_s: float = 8.0
     tail_factor: float = 3.0  # p99 estimate = mean server latency x this, when no p99 is observed
     batching_gain: float = 1.2  # best rows/s over batch-1 rows/s (from the model's curve)
-    min_gain: float = 1.05  # below this, raising the delay buys no capacity
+    min_gain: float = 1.2  # below this, a longer delay buys too little capacity to pay for its latency and reload
     min_requests: int = 5  # fewer requests in a window: too little evidence to act on
     max_batch_size: int = 0  # batches this large cannot grow by waiting longer (0: unknown)
     backlog_ms: float = 5.0  # mean queue time above this (and above 2x the delay) counts as a backlog
@@ -135,7 +135,8 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
         else:
             cause = f"queue {obs.queue_ms:.0f} ms >> delay {current_us / 1000:g} ms (busy {obs.busy:.0%}): a backlog"
         if settings.batching_gain < settings.min_gain:
-            return HOLD, f"{cause}, but batching gains only {settings.batching_gain:.2f}x on this model: a longer delay buys nothing"
+            return HOLD, (f"{cause}, but batching gains only {settings.batching_gain:.2f}x on this model (< {settings.min_gain:.2f}x): "
+                          "a longer delay buys too little capacity for its latency and reload")  # fmt: skip
         if settings.max_batch_size and obs.batch_size >= 0.9 * settings.max_batch_size:
             return HOLD, f"{cause}, but batches are already full ({obs.batch_size:.1f}): waiting longer cannot grow them"
         return UP, f"{cause}: larger batches buy capacity (batching gain {settings.batching_gain:.2f}x)"
