@@ -3,10 +3,12 @@
 One run, one server, one trace: Poisson arrivals stepping low -> peak -> low -> peak (a
 compressed day with bursts), with rates set from the encoder's measured batch-1
 capacity unless given. The same trace is replayed against every static delay of a
-small set that includes the committed one, and then against the controller starting
-from the committed config. The best static delay per phase kind (low, peak) is picked
-in hindsight from the same run: the strongest static baselines there can be. The
-reload cost is measured first under steady load. Report: reports/adapt/.
+small set that includes the committed one, then against the controller starting from
+the committed config, and last against the first static delay again: the difference
+between its two replays is the drift over the run, the noise floor of the comparison.
+The best static delay per phase kind (low, peak) is picked in hindsight from the same
+run: the strongest static baselines there can be. The reload cost is measured first
+under steady load. Report: reports/adapt/.
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ def evaluate(args: argparse.Namespace) -> int:
         log.info("replaying the trace against the controller (starting at %d us)", committed)
         runs["controller"], live = replay_controlled(endpoints, base, settings, target, arrivals, args.control_window)
         labels["controller"] = "adaptive"
+        first = min([*args.delays_us, committed])
+        repeat = f"static {first} us (repeat)"
+        log.info("replaying the trace against %s, to measure the drift over the run", repeat)
+        runs[repeat], labels[repeat] = replay_static(endpoints, base, first, target, arrivals), "repeat"
         try:
             load_with_config(endpoints.http_url, "encoder", served, endpoints.headers)
         except ReloadError as exc:

@@ -40,10 +40,27 @@ def phase_summary(records: Records, phases: Sequence[Phase], slo_ms: float) -> d
 
 def best_static(runs: dict, kind: str) -> str:
     """Highest SLO attainment in that phase kind; within 0.5 points, the lower mean latency."""
-    static = {name: run["phases"][kind] for name, run in runs.items() if run["label"] != "adaptive"}
+    static = {name: run["phases"][kind] for name, run in runs.items() if run["label"] not in ("adaptive", "repeat")}
     top = max(f["attainment"] for f in static.values())
     close = {name: f for name, f in static.items() if f["attainment"] >= top - 0.005}
     return min(close, key=lambda name: close[name]["mean_ms"])
+
+
+def drift_lines(runs: dict, kinds: list[str]) -> list[str]:
+    """The same static config replayed first and last: how far the machine drifted in between,
+    the noise floor for every other difference in the table."""
+    lines = []
+    for name, run in runs.items():
+        if run["label"] != "repeat":
+            continue
+        first = runs.get(name.removesuffix(" (repeat)"))
+        if not first:
+            continue
+        for k in kinds:
+            a, b = first["phases"][k], run["phases"][k]
+            lines.append(f"- drift, `{name}` against its first replay, {k}: {(b['attainment'] - a['attainment']) * 100:+.1f} points, "
+                         f"{b['mean_ms'] - a['mean_ms']:+.1f} ms mean: differences this small are noise")  # fmt: skip
+    return lines
 
 
 def verdict(runs: dict, kind: str) -> str:
@@ -64,7 +81,7 @@ def render_markdown(results: dict) -> str:
     lines = [
         "# Adaptive batching delay vs static configs (`make bench-adapt`)",
         "",
-        f"One run (1 replay per config) of {s['arrivals']} open-loop arrivals: "
+        f"One run (1 replay per config, the first static config twice) of {s['arrivals']} open-loop arrivals: "
         + " -> ".join(f"{p['name']} {p['rate']:g} req/s for {p['seconds']:g} s" for p in s["phases"])
         + f"; encoder, 1 x {s['seq_len']} tokens per request; SLO p99 <= {s['p99_ms']:g} ms. "
         "Attainment = share of the requests sent in the phase answered within the SLO (failures count as misses).",
@@ -98,6 +115,7 @@ def render_markdown(results: dict) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {a['attainment']:.1%} | {a['failed']} |")
     lines += ["", "## Does the controller match the best static config in every phase?", ""]
     lines += [verdict(runs, k) for k in kinds]
+    lines += drift_lines(runs, kinds)
     lines += ["", "Best static per phase, picked in hindsight from this run: "
               + ", ".join(f"{k}: `{best_static(runs, k)}`" for k in kinds), ""]  # fmt: skip
     lines += ["## SLO attainment per window", "", "| window start s | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
