@@ -59,7 +59,7 @@ def drift_lines(runs: dict, kinds: list[str]) -> list[str]:
         for k in kinds:
             a, b = first["phases"][k], run["phases"][k]
             lines.append(f"- drift, `{name}` against its first replay, {k}: {(b['attainment'] - a['attainment']) * 100:+.1f} points, "
-                         f"{b['mean_ms'] - a['mean_ms']:+.1f} ms mean: differences this small are noise")  # fmt: skip
+                         f"{b['mean_ms'] - a['mean_ms']:+.1f} ms mean (the noise floor of this run)")  # fmt: skip
     return lines
 
 
@@ -111,7 +111,7 @@ def render_markdown(results: dict) -> str:
             f = run["phases"][k]
             cells += [f"{f['attainment']:.1%}", f"{f['mean_ms']:.1f}", f"{f['p99_ms']:.1f}", f"{f['throughput_rps']:.1f}"]
         a = run["phases"]["all"]
-        label = f"{name} ({run['label']})" if run["label"] != "static" else name
+        label = f"{name} ({run['label']})" if run["label"] not in ("static", "repeat") else name
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {a['attainment']:.1%} | {a['failed']} |")
     lines += ["", "## Does the controller match the best static config in every phase?", ""]
     lines += [verdict(runs, k) for k in kinds]
