@@ -246,7 +246,7 @@ def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_di
     print(f"winner config written to {output}")
     if not winner.candidate.priority_queues:
         log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
-                    "unbounded. Need them? Rerun with --priority-queues keep%s", best_with_queues_hint(unique))  # fmt: skip
+                    "unbounded. Need them? Rerun with --priority-queues keep%s", queues_hint(with_queues))  # fmt: skip
     diff = config_diff(base, config, f"{args.model}/config.pbtxt")
     if args.apply:
         save_config(config, MODEL_REPOSITORY / args.model)
@@ -254,8 +254,7 @@ def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_di
     return 0
 
 
-def best_with_queues_hint(trials: list[Trial]) -> str:
-    best = best_trial([t for t in trials if t.candidate.priority_queues])
+def queues_hint(best: Trial | None) -> str:
     if best is None:
         return ""
     s = best.score
