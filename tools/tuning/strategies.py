@@ -171,7 +171,7 @@ class HillClimb:
 
 def triton_default(space: SearchSpace) -> Candidate:
     """Where Triton's own tuning guide starts: `dynamic_batching {}` (no delay, no preferred
-    sizes; also Model Analyzer's pick here), one instance, without priority queues if the
+    sizes; close to Model Analyzer's pick here), one instance, without priority queues if the
     space allows it."""
     return Candidate(space.max_batch_sizes[-1], (), space.delays_us[0], space.instances[0], space.priority_queues[0])
 
