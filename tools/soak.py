@@ -223,12 +223,16 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="req/s, well below capacity (default %(default)s)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds per latency/memory sample")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "soak")
+    parser.add_argument("--cache-mb", type=int, default=64,
+                        help="response cache size (default %(default)s, as `make serve`); a small one fills within minutes, "
+                        "which shows whether memory levels off once it is full")  # fmt: skip
     add_verbosity_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
     http, grpc, metrics = free_ports(3)
     args.output.mkdir(parents=True, exist_ok=True)
-    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10)
+    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10,
+                            cache_size_bytes=args.cache_mb * 1024 * 1024)  # fmt: skip
     with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
         log.info("soaking for %.1f min at %g req/s", args.minutes, args.rate)
         report = run_soak(server, args.rate, args.minutes * 60.0, args.window)
