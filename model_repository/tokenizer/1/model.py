@@ -1,10 +1,12 @@
 """Tokenizer step of the `embed` ensemble (Triton Python backend).
 
-Batching policy: all texts of one execute() call (every request the dynamic batcher
-joined) are padded to one length, the longest in the call rounded up to
-`pad_to_multiple_of`. The encoder's dynamic batcher only joins requests of equal
-shape, so the requests of one tokenizer batch travel on together and form one encoder
-batch, and the rounding lets consecutive tokenizer batches share a shape as well.
+Padding policy (config parameter `padding`, see padding_policy.py): `batch` (committed)
+pads all texts of one execute() call (every request the dynamic batcher joined) to one
+length, the longest in the call rounded up to `pad_to_multiple_of`. The encoder's
+dynamic batcher only joins requests of equal shape, so the requests of one tokenizer
+batch travel on together and form one encoder batch, and the rounding lets consecutive
+tokenizer batches share a shape as well. `buckets` pads each request to its length
+bucket, `request` to its own length (for an encoder that allows ragged batches).
 Truncation to the model's maximum length and the pad token are set inside
 tokenizer.json by the export step (the model's own `max_seq_length`).
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from padding_policy import PaddingPolicy, pad_rows
 from tokenizers import Tokenizer
 
 
@@ -62,14 +65,16 @@ class TritonPythonModel:
         padding = self.tokenizer.padding
         if not self.tokenizer.truncation or not padding:
             raise pb_utils.TritonModelException("tokenizer.json lacks truncation or padding settings; re-run `make export`")
-        self.tokenizer.enable_padding(
-            pad_id=padding["pad_id"],
-            pad_token=padding["pad_token"],
-            pad_to_multiple_of=max(1, int(_parameter(config, "pad_to_multiple_of", "16"))),
-        )
+        self.pad_id = padding["pad_id"]
+        self.tokenizer.no_padding()  # each request is padded to its policy's width below
+        parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        try:
+            self.policy = PaddingPolicy.from_parameters(parameters)
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"tokenizer config: {exc}") from exc
         self.max_text_chars = max(1, int(_parameter(config, "max_text_chars", DEFAULT_MAX_TEXT_CHARS)))
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
         responses: list = [None] * len(requests)
         texts: list[str] = []
         owners: list[tuple[int, int, int]] = []  # (request index, first text, text count)
@@ -85,16 +90,16 @@ class TritonPythonModel:
         if not texts:
             return responses
 
-        encodings = self.tokenizer.encode_batch(texts)  # padded to one length for the whole call
-        input_ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
-        attention_mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
-
-        for index, first, count in owners:
-            rows = slice(first, first + count)
+        rows = [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
+        widths = self.policy.widths([max((len(row) for row in rows[first : first + count]), default=0) for _, first, count in owners])
+        for (index, first, count), width in zip(owners, widths):
+            input_ids, attention_mask = pad_rows(rows[first : first + count], width, self.pad_id)
             responses[index] = pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("INPUT_IDS", input_ids[rows]),
-                    pb_utils.Tensor("ATTENTION_MASK", attention_mask[rows]),
-                ]
+                output_tensors=[pb_utils.Tensor("INPUT_IDS", input_ids), pb_utils.Tensor("ATTENTION_MASK", attention_mask)]
             )
-        return responses
+        if not self.policy.sends_by_width:
+            return responses
+        width_of = {index: width for (index, _, _), width in zip(owners, widths)}
+        for index in sorted(range(len(requests)), key=lambda i: width_of.get(i, 0)):
+            requests[index].get_response_sender().send(responses[index], flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None

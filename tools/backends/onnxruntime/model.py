@@ -10,6 +10,13 @@ One bad request must not fail its batch-mates: ids that index an embedding table
 checked against the table's size before the run (a 400 naming the input and value),
 and when a joined run still fails, each request is run alone so only the offending
 one gets the error.
+
+With the config parameter `ragged_split: "cost"` (the ragged padding policy, inputs with
+`allow_ragged_batch`), an execution's rows are sorted by real length and split into the
+sub-runs a fitted cost curve says are cheapest (ragged.py), shortest first, and each
+request's response is sent as soon as its rows are done (a non-decoupled model may use
+the response sender on Triton 2.51, verified live). Real and padding tokens computed are
+Triton custom metrics (padding_metrics.py).
 """
 
 import json
@@ -19,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from padding_metrics import PaddingCounters
+from ragged import CostModel, SplitExecution, calibrate
 
 _NUMPY_TYPES = {
     "TYPE_FP32": np.float32,
@@ -115,6 +124,35 @@ class TritonPythonModel:
         if unknown:
             raise pb_utils.TritonModelException(f"config inputs {unknown} are not inputs of {path.name}: {sorted(session_inputs)}")
         self.bounds = _lookup_bounds(path)
+        self.mask_input = next((name for name, _ in self.inputs if "MASK" in name.upper()), None)
+        self.counters = PaddingCounters(pb_utils, {"model": args["model_name"], "version": args["model_version"]})
+        self.split_cost, self.split_max_rows = self._split_settings(config)
+
+    def _split_settings(self, config: dict) -> tuple[CostModel | None, int]:
+        """The cost curve for splitting executions (None: one run per execution), pinned by
+        config parameters or fitted here from a few timed runs (about a second on a 2-core CPU)."""
+        parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        mode = parameters.get("ragged_split", "none")
+        if mode == "none":
+            return None, 0
+        if mode != "cost":
+            raise pb_utils.TritonModelException(f"ragged_split {mode!r} is not 'none' or 'cost'")
+        if self.mask_input is None or any(len(item.get("dims", [])) != 1 for item in config["input"]):
+            raise pb_utils.TritonModelException("ragged_split needs [length] inputs and an attention-mask input (a name with MASK)")
+        try:
+            cost = CostModel.from_parameters(parameters)
+            max_rows = int(parameters.get("split_max_rows", "0"))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"ragged_split: {exc}") from exc
+        source = "from the config"
+        if cost is None:
+            cost, samples = calibrate(self._run_shape)
+            source = "calibrated on " + ", ".join(f"{rows}x{length}: {seconds * 1000:.1f} ms" for rows, length, seconds in samples)
+        pb_utils.Logger.log_info(f"ragged_split: cost curve {cost.describe()} ({source})")
+        return cost, max_rows
+
+    def _run_shape(self, rows: int, length: int) -> None:
+        self.session.run(self.outputs, {name: np.ones((rows, length), dtype=dtype) for name, dtype in self.inputs})
 
     def _check(self, arrays: dict[str, np.ndarray]) -> str | None:
         """Why one request's inputs cannot run (None when they can)."""
@@ -129,6 +167,8 @@ class TritonPythonModel:
         """One session run for these requests' inputs; the outputs split per request."""
         joined = {name: _stack([item[name] for item in arrays], dtype) for name, dtype in self.inputs}
         results = self.session.run(self.outputs, joined)
+        if self.mask_input:
+            self.counters.record_run(joined[self.mask_input])
         sizes = [len(item[self.inputs[0][0]]) for item in arrays]
         total = sum(sizes)
         if any(len(result) != total for result in results):
@@ -140,7 +180,7 @@ class TritonPythonModel:
             start += size
         return responses
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
         responses: list = [None] * len(requests)
         runnable: list[tuple[int, dict[str, np.ndarray]]] = []
         for index, request in enumerate(requests):
@@ -152,16 +192,51 @@ class TritonPythonModel:
                 runnable.append((index, arrays))
         if not runnable:
             return responses
+        self.counters.record_execution([arrays[self.inputs[0][0]].shape[1:] for _, arrays in runnable])
+        if self.split_cost is not None:
+            return self._execute_split(requests, responses, runnable)
         try:
             for (index, _), response in zip(runnable, self._run([arrays for _, arrays in runnable])):
                 responses[index] = response
         except Exception:  # ONNX Runtime raises its own types; find the request(s) at fault
             for index, arrays in runnable:
-                try:
-                    responses[index] = self._run([arrays])[0]
-                except Exception as exc:
-                    text = str(exc)
-                    responses[index] = pb_utils.InferenceResponse(
-                        error=_error(f"ONNX Runtime failed: {text}", invalid_argument="INVALID_ARGUMENT" in text)
-                    )
+                responses[index] = self._run_alone(arrays)
         return responses
+
+    def _run_alone(self, arrays: dict[str, np.ndarray]):
+        try:
+            return self._run([arrays])[0]
+        except Exception as exc:
+            text = str(exc)
+            return pb_utils.InferenceResponse(error=_error(f"ONNX Runtime failed: {text}", invalid_argument="INVALID_ARGUMENT" in text))
+
+    def _execute_split(self, requests: list, responses: list, runnable: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+        """Sub-runs shortest first; each request's response leaves when its last row is done.
+        A failed sub-run's requests are retried alone at the end, so only a faulty one fails."""
+
+        def send(index: int, response) -> None:
+            requests[index].get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        for index, response in enumerate(responses):
+            if response is not None:  # refused before running
+                send(index, response)
+        plan = SplitExecution([arrays for _, arrays in runnable], self.mask_input, self.split_cost, self.split_max_rows)
+        failed: set[int] = {position for position, (_, arrays) in enumerate(runnable) if len(arrays[self.mask_input]) == 0}
+        for run in plan.runs:
+            feeds = plan.feeds(run, self.inputs)
+            try:
+                results = self.session.run(self.outputs, feeds)
+                if any(len(result) != len(run) for result in results):
+                    raise RuntimeError(f"model returned {[len(r) for r in results]} rows for {len(run)} inputs")
+            except Exception:
+                failed |= plan.requests_in(run)
+                continue
+            self.counters.record_run(feeds[self.mask_input])
+            for position in plan.store(run, results):
+                if position not in failed:
+                    tensors = [pb_utils.Tensor(name, output) for name, output in zip(self.outputs, plan.outputs(position))]
+                    send(runnable[position][0], pb_utils.InferenceResponse(output_tensors=tensors))
+        for position in sorted(failed):
+            index, arrays = runnable[position]
+            send(index, self._run_alone(arrays))
+        return None
