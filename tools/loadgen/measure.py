@@ -46,14 +46,18 @@ class _Log:
     done: list[float] = field(default_factory=list)
     outcome: list[str] = field(default_factory=list)
     priority: list[int] = field(default_factory=list)
+    length_class: list[str] = field(default_factory=list)  # "" when the target has no classes
+    tokens: list[int] = field(default_factory=list)
     late: int = 0
     max_lag: float = 0.0
 
-    def add(self, sent: float, done: float, outcome: str, priority: int) -> None:
+    def add(self, sent: float, done: float, outcome: str, priority: int, length_class: str = "", tokens: int = 0) -> None:
         self.sent.append(sent)
         self.done.append(done)
         self.outcome.append(outcome)
         self.priority.append(priority)
+        self.length_class.append(length_class)
+        self.tokens.append(tokens)
 
 
 def _aio_module(protocol: str):
@@ -115,7 +119,8 @@ class _Engine:
         except Exception as exc:  # tritonclient raises InferenceServerException; transport errors too
             message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
             outcome = classify_error(message or type(exc).__name__)
-        self.entries.add(started, time.perf_counter(), outcome, int(priority))
+        length_class, tokens = self.target.request_class(index) if self.target.request_class else ("", 0)
+        self.entries.add(started, time.perf_counter(), outcome, int(priority), length_class, tokens)
 
     async def closed_loop_sender(self, client) -> None:
         while not self.stop.is_set():
@@ -206,7 +211,22 @@ class _Engine:
             server={name: ServerWindow.of(last[name] - first[name]) for name in last},
             run_sent=self.count,
             run_outcomes={o: entries.outcome.count(o) for o in set(entries.outcome)},
+            **self.length_figures(chosen, ok, outcomes, latencies, seconds),
         )
+
+    def length_figures(self, chosen: np.ndarray, ok: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict:
+        """Results per length class and useful (real) tokens/s, for targets that know them."""
+        if not self.target.request_class:
+            return {}
+        labels = [label for label, keep in zip(self.entries.length_class, chosen) if keep]
+        names = sorted(set(labels))
+        codes = np.array([names.index(label) for label in labels], dtype=int)
+        per_code = summarise_classes(codes, outcomes, latencies, seconds)
+        tokens = np.asarray(self.entries.tokens)[chosen]
+        return {
+            "per_length_class": {names[code]: result for code, result in per_code.items()},
+            "useful_tokens_per_s": float(tokens[ok].sum() / seconds) if len(ok) else None,
+        }
 
 
 def run_load(

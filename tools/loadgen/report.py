@@ -101,6 +101,8 @@ class LoadResult:
     server: dict[str, ServerWindow] = field(default_factory=dict)
     run_sent: int = 0  # the whole run, warm-up included: every request sent ...
     run_outcomes: dict[str, int] = field(default_factory=dict)  # ... and its outcome (nothing left unanswered)
+    per_length_class: dict[str, ClassResult] = field(default_factory=dict)  # mixed-length targets only
+    useful_tokens_per_s: float | None = None  # real tokens of successful requests; None: target has no token counts
 
     @property
     def error_count(self) -> int:

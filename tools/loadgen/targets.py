@@ -6,12 +6,16 @@ for, so the response cache does not answer measurement traffic by accident.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedTexts
 
 SAMPLE_TEXTS = (
     "How do I raise inference throughput without breaking the latency budget?",
@@ -35,6 +39,8 @@ class Target:
     describe: str = ""
     rows_per_request: int = 1
     extra: dict = field(default_factory=dict)
+    # Request index -> (length class, tokens), for results per class and useful tokens/s.
+    request_class: Callable[[int], tuple[str, int]] | None = None
 
 
 def embed_target(texts_per_request: int = 1, repeat_share: float = 0.0, model: str = "embed", seed: int = 0) -> Target:
@@ -80,3 +86,21 @@ def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int
     return Target(
         model, ("EMBEDDING",), make_inputs, f"{model}: 1 x {sequence_length} tokens/request", 1, {"sequence_length": sequence_length}
     )
+
+
+def mixed_target(mix: LengthMix | None = None, model: str = "embed", seed: int = 0, tokenizer_path: Path = DEFAULT_TOKENIZER) -> Target:
+    """One text per request from the mixed-length workload (tools/loadgen/mixed_texts.py)."""
+    texts = MixedTexts(mix or LengthMix(), tokenizer_path, seed)
+    request = functools.lru_cache(maxsize=4096)(texts.request)  # built once, read twice
+
+    def make_inputs(module, index: int) -> list:
+        array = np.array([[request(index).text.encode()]], dtype=np.object_)
+        tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
+        tensor.set_data_from_numpy(array)
+        return [tensor]
+
+    def request_class(index: int) -> tuple[str, int]:
+        text = request(index)
+        return text.length_class, text.tokens
+
+    return Target(model, ("EMBEDDING",), make_inputs, f"{model}: mixed lengths ({texts.mix.describe()})", 1, {}, request_class)
