@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.backends.onnxruntime.ragged import CostModel, SplitExecution, calibrate, plan_runs, row_lengths
+from tools.backends.onnxruntime.ragged import CostModel, CostTracker, SplitExecution, calibrate, plan_runs, row_lengths
 
 # 10 units per run, 1 unit per token: small numbers that make the hand-computed costs readable.
 UNIT = CostModel(per_run_s=10.0, per_token_s=1.0)
@@ -72,20 +72,50 @@ def test_fit_recovers_known_terms_and_never_goes_negative() -> None:
     assert min(CostModel.fit(noisy).per_token_pair_s, CostModel.fit(noisy).per_run_s) >= 0
 
 
-def test_calibrate_times_each_shape_and_keeps_the_fastest_repeat() -> None:
+def test_calibrate_interleaves_the_shapes_and_keeps_each_ones_fastest_round() -> None:
     truth = CostModel(0.001, 0.0001)
     clock_now = [0.0]
     calls = []
 
     def run(rows: int, length: int) -> None:
         calls.append((rows, length))
-        slow = 5.0 if len(calls) % 4 == 2 else 1.0  # the first timed repeat of each shape is disturbed
-        clock_now[0] += truth.cost(rows, length) * slow
+        disturbed = 4 <= len(calls) <= 6  # the whole first timed round runs on a busy machine
+        clock_now[0] += truth.cost(rows, length) * (5.0 if disturbed else 1.0)
 
-    fitted, samples = calibrate(run, shapes=((1, 16), (8, 16), (1, 128)), repeats=3, clock=lambda: clock_now[0])
-    assert len(calls) == 3 * 4  # one untimed warm-up run per shape
+    shapes = ((1, 16), (8, 16), (1, 128))
+    fitted, samples = calibrate(run, shapes=shapes, rounds=3, clock=lambda: clock_now[0])
+    assert calls == [*shapes, *shapes * 3]  # one untimed run each, then round after round
     assert [s[2] for s in samples] == pytest.approx([truth.cost(r, n) for r, n, _ in samples])
     assert fitted.per_token_s == pytest.approx(truth.per_token_s, rel=1e-6)
+
+
+def test_the_tracker_corrects_a_bad_calibration_from_served_runs() -> None:
+    truth = CostModel(0.0015, 0.00018)
+    tracker = CostTracker(CostModel(0.03, 0.00005), refit_every=64)  # a busy-machine calibration: joins everything
+    rng = np.random.default_rng(0)
+    refits = 0
+    for index in range(256):
+        rows, length = int(rng.integers(1, 17)), int(rng.integers(5, 257))
+        slowed = 3.0 if index % 10 == 0 else 1.0  # every tenth run shares the CPU with something else
+        refits += tracker.observe(rows, length, truth.cost(rows, length) * slowed)
+    assert refits == 4
+    assert tracker.model.per_run_s == pytest.approx(truth.per_run_s, rel=0.05)
+    assert tracker.model.per_token_s == pytest.approx(truth.per_token_s, rel=0.05)
+
+
+def test_a_pinned_curve_is_never_refitted() -> None:
+    pinned = CostModel(0.03, 0.00005)
+    tracker = CostTracker(pinned, adaptive=False)
+    for _ in range(200):
+        tracker.observe(4, 100, 1.0)
+    assert tracker.model == pinned
+
+
+def test_runs_of_one_shape_cannot_tell_per_run_from_per_token_cost() -> None:
+    start = CostModel(0.001, 0.0001)
+    tracker = CostTracker(start, refit_every=8, min_samples=8)
+    assert not any(tracker.observe(4, 64, 0.05) for _ in range(64))
+    assert tracker.model == start
 
 
 def test_cost_parameters_come_from_the_config_or_are_left_to_calibration() -> None:

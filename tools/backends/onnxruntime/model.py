@@ -21,13 +21,14 @@ Triton custom metrics (padding_metrics.py).
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from padding_metrics import PaddingCounters
-from ragged import CostModel, SplitExecution, calibrate
+from ragged import CostModel, CostTracker, SplitExecution, calibrate
 
 _NUMPY_TYPES = {
     "TYPE_FP32": np.float32,
@@ -128,9 +129,10 @@ class TritonPythonModel:
         self.counters = PaddingCounters(pb_utils, {"model": args["model_name"], "version": args["model_version"]})
         self.split_cost, self.split_max_rows = self._split_settings(config)
 
-    def _split_settings(self, config: dict) -> tuple[CostModel | None, int]:
-        """The cost curve for splitting executions (None: one run per execution), pinned by
-        config parameters or fitted here from a few timed runs (about a second on a 2-core CPU)."""
+    def _split_settings(self, config: dict) -> tuple[CostTracker | None, int]:
+        """The cost curve for splitting executions (None: one run per execution): pinned by
+        config parameters, or fitted here from a few timed runs (about a second on a 2-core
+        CPU) and then refitted from the served runs."""
         parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
         mode = parameters.get("ragged_split", "none")
         if mode == "none":
@@ -144,12 +146,24 @@ class TritonPythonModel:
             max_rows = int(parameters.get("split_max_rows", "0"))
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"ragged_split: {exc}") from exc
-        source = "from the config"
+        pinned = cost is not None
+        source = "pinned by the config"
         if cost is None:
             cost, samples = calibrate(self._run_shape)
             source = "calibrated on " + ", ".join(f"{rows}x{length}: {seconds * 1000:.1f} ms" for rows, length, seconds in samples)
+            source += "; refitted from served runs"
         pb_utils.Logger.log_info(f"ragged_split: cost curve {cost.describe()} ({source})")
-        return cost, max_rows
+        self._logged_break_even = cost.break_even_tokens
+        return CostTracker(cost, adaptive=not pinned), max_rows
+
+    def _log_refit(self) -> None:
+        """Log a refitted curve when it moves the break-even by more than 2x (rare), else only verbosely."""
+        model = self.split_cost.model
+        moved = not 0.5 <= model.break_even_tokens / max(self._logged_break_even, 1e-9) <= 2.0
+        log = pb_utils.Logger.log_info if moved else pb_utils.Logger.log_verbose
+        log(f"ragged_split: cost curve refitted from served runs: {model.describe()}")
+        if moved:
+            self._logged_break_even = model.break_even_tokens
 
     def _run_shape(self, rows: int, length: int) -> None:
         self.session.run(self.outputs, {name: np.ones((rows, length), dtype=dtype) for name, dtype in self.inputs})
@@ -220,12 +234,15 @@ class TritonPythonModel:
         for index, response in enumerate(responses):
             if response is not None:  # refused before running
                 send(index, response)
-        plan = SplitExecution([arrays for _, arrays in runnable], self.mask_input, self.split_cost, self.split_max_rows)
+        plan = SplitExecution([arrays for _, arrays in runnable], self.mask_input, self.split_cost.model, self.split_max_rows)
         failed: set[int] = {position for position, (_, arrays) in enumerate(runnable) if len(arrays[self.mask_input]) == 0}
         for run in plan.runs:
             feeds = plan.feeds(run, self.inputs)
             try:
+                started = time.perf_counter()
                 results = self.session.run(self.outputs, feeds)
+                if self.split_cost.observe(len(run), feeds[self.mask_input].shape[1], time.perf_counter() - started):
+                    self._log_refit()
                 if any(len(result) != len(run) for result in results):
                     raise RuntimeError(f"model returned {[len(r) for r in results]} rows for {len(run)} inputs")
             except Exception:

@@ -49,11 +49,12 @@ class PaddingCounters:
             self._metrics[name] = family.Metric(labels=labels)
 
     def record_run(self, mask: np.ndarray) -> None:
-        """One session run over `mask` ([rows, padded length])."""
-        if not self.enabled:
+        """One session run over `mask` ([rows, padded length]). A run without one real token
+        is Triton's warm-up (zero data), not traffic, and is left out."""
+        real = int(np.count_nonzero(mask))
+        if not self.enabled or real == 0:
             return
         rows, width = mask.shape[0], mask.shape[1] if mask.ndim > 1 else 1
-        real = int(np.count_nonzero(mask))
         self._metrics[REAL_TOKENS].increment(real)
         self._metrics[PADDING_TOKENS].increment(rows * width - real)
         self._metrics[ROWS].increment(rows)

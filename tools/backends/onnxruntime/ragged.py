@@ -11,6 +11,10 @@ that grow with the longest row, some optimal split is contiguous in sorted order
 the DP over prefixes is exact. Sub-runs go shortest first, so cheap requests are not
 held behind expensive ones.
 
+The curve is calibrated at load (or pinned by config parameters) and then refitted from
+the served runs themselves (CostTracker): only the ratio of per-run to per-token cost
+moves the plan, and a short calibration on a busy machine can get it badly wrong.
+
 Pure numpy and standard library: the backend imports it, and the unit tests too.
 """
 
@@ -87,31 +91,79 @@ class CostModel:
         except ValueError as exc:
             raise ValueError(f"split cost parameters: {exc}") from None
 
+    @property
+    def break_even_tokens(self) -> float:
+        """Padding tokens one run is worth: the ratio that decides every split."""
+        return self.per_run_s / self.per_token_s if self.per_token_s else math.inf
+
     def describe(self) -> str:
         return (
             f"per run {self.per_run_s * 1e6:.0f} us, per token {self.per_token_s * 1e6:.2f} us, "
-            f"per token pair {self.per_token_pair_s * 1e9:.3f} ns"
+            f"per token pair {self.per_token_pair_s * 1e9:.3f} ns (a run is worth {self.break_even_tokens:.0f} padding tokens)"
         )
 
 
 def calibrate(
     run: Callable[[int, int], object],
     shapes: Sequence[tuple[int, int]] = CALIBRATION_SHAPES,
-    repeats: int = 3,
+    rounds: int = 3,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[CostModel, list[tuple[int, int, float]]]:
-    """Time `run(rows, length)` at each shape (after one untimed run) and fit the curve.
-    The fastest of `repeats` counts: other processes only ever add time."""
-    samples = []
+    """Time `run(rows, length)` at each shape (after one untimed run each) and fit the curve.
+    Shapes are interleaved round by round, so a burst of load from other processes hits
+    all of them alike, and the fastest round counts: other processes only ever add time."""
     for rows, length in shapes:
         run(rows, length)
-        fastest = math.inf
-        for _ in range(repeats):
+    fastest = dict.fromkeys(shapes, math.inf)
+    for _ in range(rounds):
+        for shape in shapes:
             started = clock()
-            run(rows, length)
-            fastest = min(fastest, clock() - started)
-        samples.append((rows, length, fastest))
+            run(*shape)
+            fastest[shape] = min(fastest[shape], clock() - started)
+    samples = [(rows, length, fastest[(rows, length)]) for rows, length in shapes]
     return CostModel.fit(samples), samples
+
+
+def fit_trimmed(samples: Sequence[tuple[int, int, float]], keep: float = 0.8) -> CostModel:
+    """Fit, drop the samples the fit most underestimates (runs slowed by other work on the
+    machine: contention only adds time), fit again on the `keep` share left."""
+    first = CostModel.fit(samples)
+    residuals = [seconds - first.cost(rows, length) for rows, length, seconds in samples]
+    kept = [sample for _, sample in sorted(zip(residuals, samples), key=lambda pair: pair[0])]
+    return CostModel.fit(kept[: max(2, int(len(kept) * keep))])
+
+
+class CostTracker:
+    """The curve the planner uses: the initial one (calibrated at load, or pinned in the
+    config), refitted from the runs actually served when `adaptive`. A calibration of a
+    second on a busy machine can be far off (measured: a per-run cost 40x the per-token
+    one instead of ~10x, which makes the planner join everything); hundreds of served
+    runs of varied shapes, trimmed of the ones slowed by contention, correct it."""
+
+    def __init__(self, initial: CostModel, adaptive: bool = True, window: int = 512, refit_every: int = 64, min_samples: int = 32):
+        self.model = initial
+        self.adaptive = adaptive
+        self.window, self.refit_every, self.min_samples = window, refit_every, min_samples
+        self.samples: list[tuple[int, int, float]] = []
+        self._since_refit = 0
+
+    def observe(self, rows: int, length: int, seconds: float) -> bool:
+        """Record one served run; True when this refitted the curve."""
+        if not self.adaptive:
+            return False
+        self.samples.append((rows, length, seconds))
+        del self.samples[: -self.window]
+        self._since_refit += 1
+        if self._since_refit < self.refit_every or len(self.samples) < self.min_samples:
+            return False
+        self._since_refit = 0
+        if len({s[0] for s in self.samples}) < 2 or len({s[1] for s in self.samples}) < 2:
+            return False  # one shape only: per-run and per-token costs cannot be told apart
+        try:
+            self.model = fit_trimmed(self.samples)
+        except ValueError:
+            return False
+        return True
 
 
 def row_lengths(mask: np.ndarray) -> np.ndarray:

@@ -1,0 +1,204 @@
+"""`python -m tools.bench.lengths` (`make bench-lengths`): padding policies on mixed-length traffic.
+
+Real embedding traffic mixes short queries with long passages, and Triton's batcher
+joins only equal shapes, so the padding policy decides how much of the compute is
+padding. One run, one local server, the policies applied by live config reloads
+(tools/length_policy.py: batch, buckets, ragged), each measured on the same mixed
+workload (tools/loadgen/mixed_texts.py) at closed-loop concurrencies and at one Poisson
+rate derived from the first policy's measured capacity. Reported side by side:
+requests/s, useful (real) tokens/s, padding waste from the server's own counters
+(padding / real tokens computed), p50/p99 per length class (and per priority with a
+priority mix), Triton's average executed encoder batch and rows per session run, and the
+packing efficiency: useful tokens/s over the raw engine's best padded tokens/s measured
+in the same run (in-process ONNX Runtime at a full batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tools.bench.engine import open_session, raw_curve
+from tools.bench.lengths_report import render_markdown
+from tools.bench.machine import cpu_line, describe_cpu
+from tools.command import run_reporting_errors
+from tools.length_policy import POLICIES, policy_configs
+from tools.loadgen import Measurement, Traffic, mixed_target, run_load
+from tools.loadgen.cli_args import number_list
+from tools.loadgen.mixed_texts import LengthMix, parse_token_range
+from tools.loadgen.traffic import parse_priority_mix
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.model_config import load_config
+from tools.padding_waste import PaddingCounts
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.server_session import triton_endpoints
+from tools.stats import ModelStats
+from tools.tuning.reload import load_with_config
+
+log = logging.getLogger("bench-lengths")
+
+RAW_LENGTHS = (16, 64, 128)  # full-batch shapes for the raw engine's best padded tokens/s
+
+
+def raw_engine_best(model_path: Path, batch: int, seconds: float) -> dict:
+    """The in-process engine's padded tokens/s at a full batch, best over a few lengths."""
+    session = open_session(model_path)
+    points = []
+    for length in RAW_LENGTHS:
+        point = raw_curve(session, length, [batch], min_seconds=seconds)[0]
+        points.append({"batch_size": batch, "length": length, "tokens_per_s": point.rows_per_s * length})
+        log.info("raw engine: batch %d x %d tokens: %.0f padded tokens/s", batch, length, points[-1]["tokens_per_s"])
+    return {"points": points, "best_tokens_per_s": max(p["tokens_per_s"] for p in points)}
+
+
+def measure_level(policy: str, traffic: Traffic, target, measurement: Measurement, endpoints) -> dict:
+    before = PaddingCounts.fetch(endpoints.metrics_url)
+    result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
+    ModelStats.settled(endpoints.http_url, "encoder")  # counters of the last responses land after them
+    counts = PaddingCounts.fetch(endpoints.metrics_url) - before
+    row = result.to_dict()
+    row["policy"] = policy
+    row["padding"] = {**counts.__dict__, "waste": counts.waste, "rows_per_run": counts.rows_per_run}
+    short, long = row["per_length_class"].get("short"), row["per_length_class"].get("long")
+    log.info(
+        "%-8s %-18s %6.1f req/s %7.0f useful tok/s  waste %s  p99 short %s / long %s ms  encoder batch %.2f%s",
+        policy,
+        result.traffic,
+        result.throughput_rps,
+        result.useful_tokens_per_s or 0.0,
+        f"{counts.waste:.0%}" if counts.waste is not None else "-",
+        f"{short['latency']['p99_ms']:.0f}" if short else "-",
+        f"{long['latency']['p99_ms']:.0f}" if long else "-",
+        result.server["encoder"].average_batch_size,
+        f", {result.error_count} errors" if result.error_count else "",
+    )
+    return row
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    cpu = describe_cpu()
+    log.info("%s", cpu_line(cpu))
+    mix = LengthMix(args.passage_share, parse_token_range(args.short_tokens), parse_token_range(args.long_tokens))
+    priority_mix = parse_priority_mix(args.priority_mix)
+    target = mixed_target(mix)
+    encoder = load_config(MODEL_REPOSITORY / "encoder")
+    measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
+
+    log.info("[1/2] raw engine: padded tokens/s at batch %d", encoder.max_batch_size)
+    raw = raw_engine_best(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx", encoder.max_batch_size, args.window / 2)
+
+    log.info("[2/2] policies %s on %s", ", ".join(args.policies), target.describe)
+    rows: list[dict] = []
+    rate = args.rate
+    with triton_endpoints(None, explicit_control=True) as endpoints:
+        for number, policy in enumerate(args.policies, start=1):
+            tokenizer_config, encoder_config = policy_configs(MODEL_REPOSITORY, policy)
+            load_with_config(endpoints.http_url, "encoder", encoder_config, endpoints.headers)
+            load_with_config(endpoints.http_url, "tokenizer", tokenizer_config, endpoints.headers)
+            log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(args.policies), policy, time.perf_counter() - started)
+            closed = [measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)
+                      for c in args.concurrency]  # fmt: skip
+            rows += closed
+            if rate is None and args.rate_fraction > 0:
+                capacity = max(row["throughput_rps"] for row in closed)
+                rate = round(args.rate_fraction * capacity, 1)
+                log.info("Poisson rate for every policy: %.1f req/s (%.0f%% of %s's best closed-loop %.1f req/s)",
+                         rate, args.rate_fraction * 100, policy, capacity)  # fmt: skip
+            if rate:
+                rows.append(measure_level(policy, Traffic(rate=rate, seed=7, priority_mix=priority_mix), target, measurement, endpoints))
+
+    report = {
+        "cpu": cpu,
+        "settings": {
+            "workload": target.describe,
+            "mean_tokens": mix.mean_tokens,
+            "policies": list(args.policies),
+            "concurrency": list(args.concurrency),
+            "poisson_rate": rate,
+            "rate_fraction": args.rate_fraction,
+            "priority_mix": {str(k): v for k, v in priority_mix.items()},
+            "warmup_s": args.warmup,
+            "window_s": args.window,
+            "max_windows": args.max_windows,
+            "encoder": {"max_batch_size": encoder.max_batch_size, "instances": sum(g.count for g in encoder.instance_group)},
+        },
+        "raw_engine": raw,
+        "rows": rows,
+        "seconds": time.perf_counter() - started,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    markdown = render_markdown(report)
+    (args.out / "report.md").write_text(markdown)
+    print(markdown)
+    log.info("wrote %s and %s in %.0f s", args.out / "report.md", args.out / "report.json", report["seconds"])
+    return 0
+
+
+def policy_list(text: str) -> list[str]:
+    policies = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise argparse.ArgumentTypeError(f"policies must be a comma list of {', '.join(POLICIES)}; got {text!r}")
+    return policies
+
+
+def positive_list(text: str) -> list[int]:
+    values = number_list(text, int)
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive concurrencies, e.g. 16,64")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.lengths", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policies", type=policy_list, default=list(POLICIES), help="comma list (default: all, batch first)")
+    parser.add_argument("--concurrency", type=positive_list, default=[16, 64], help="closed-loop levels (default 16,64)")
+    parser.add_argument("--rate", type=float, default=None, help="Poisson rate in req/s (default: --rate-fraction of capacity)")
+    parser.add_argument(
+        "--rate-fraction", type=float, default=0.7,
+        help="Poisson rate as a share of the first policy's best closed-loop throughput (0: no Poisson level)",
+    )  # fmt: skip
+    parser.add_argument("--passage-share", type=float, default=0.3, help="share of passages (default %(default)s)")
+    parser.add_argument("--short-tokens", default="5-30", help="query length range in tokens (default %(default)s)")
+    parser.add_argument("--long-tokens", default="100-256", help="passage length range in tokens (default %(default)s)")
+    parser.add_argument("--priority-mix", default="", help="e.g. 1:0.2,2:0.8: p50/p99 per priority level too")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds discarded per level (default %(default)s)")
+    parser.add_argument("--window", type=float, default=4.0, help="seconds per measurement window (default %(default)s)")
+    parser.add_argument("--max-windows", type=int, default=4, help="windows per level at most (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-lengths")
+    add_verbosity_flags(parser)
+    args = parser.parse_args(argv)
+    if args.rate is not None and args.rate <= 0:
+        parser.error("--rate must be > 0")
+    if not 0 <= args.rate_fraction <= 2:
+        parser.error("--rate-fraction must be within 0..2")
+    if args.warmup < 0 or args.window <= 0 or args.max_windows < 1:
+        parser.error("--warmup must be >= 0, --window > 0 and --max-windows >= 1")
+    try:
+        LengthMix(args.passage_share, parse_token_range(args.short_tokens), parse_token_range(args.long_tokens))
+        Traffic(concurrency=1, priority_mix=parse_priority_mix(args.priority_mix))
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args)
+    return run_reporting_errors(lambda: run_bench(args), log)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
