@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from tools.loadgen.cli_args import add_load_arguments, target_from_args
 from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LONG, SHORT, LengthMix, MixedTexts, parse_token_range
+from tools.loadgen.targets import mixed_target
 
 pytestmark = pytest.mark.skipif(not DEFAULT_TOKENIZER.is_file(), reason="needs the exported tokenizer.json (make export)")
 
@@ -84,7 +85,33 @@ def test_the_load_generator_sends_mixed_texts_and_knows_each_class() -> None:
     add_load_arguments(parser)
     target = target_from_args(parser.parse_args(["--texts", "mixed", "--passage-share", "0.5"]))
     assert "50% 100-256 tokens" in target.describe
-    classes = Counter(target.request_class(i)[0] for i in range(400))
+    classes = Counter()
+    for index in range(400):
+        target.make_inputs(RecordingClientModule, index)
+        classes[target.request_class(index)[0]] += 1
     assert set(classes) == {SHORT, LONG}
     with pytest.raises(ValueError, match="embed model"):
         target_from_args(parser.parse_args(["--texts", "mixed", "--model", "encoder"]))
+
+
+def test_a_second_run_of_the_same_target_sends_new_texts() -> None:
+    """The engine numbers requests from 0 in every run; the response cache must still never answer."""
+    target = mixed_target()
+    sent = []
+    for _run in range(2):
+        for index in range(50):
+            (tensor,) = target.make_inputs(RecordingClientModule, index)
+            sent.append(tensor.array[0, 0])
+            target.request_class(index)
+    assert len(set(sent)) == 100
+
+
+class RecordingClientModule:
+    """Stands in for tritonclient.grpc / .http: keeps the array each input was given."""
+
+    class InferInput:
+        def __init__(self, name: str, shape: list[int], datatype: str) -> None:
+            self.name, self.shape, self.datatype = name, shape, datatype
+
+        def set_data_from_numpy(self, array) -> None:
+            self.array = array

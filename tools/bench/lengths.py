@@ -44,15 +44,19 @@ log = logging.getLogger("bench-lengths")
 RAW_LENGTHS = (16, 64, 128)  # full-batch shapes for the raw engine's best padded tokens/s
 
 
-def raw_engine_best(model_path: Path, batch: int, seconds: float) -> dict:
-    """The in-process engine's padded tokens/s at a full batch, best over a few lengths."""
-    session = open_session(model_path)
+def raw_engine_points(session, batch: int, seconds: float, previous: list[dict] | None = None) -> list[dict]:
+    """The in-process engine's padded tokens/s at a full batch for a few lengths; with
+    `previous`, the better of the two measurements per length (measured before and after
+    the served runs: the ceiling is the best the engine reached in this run)."""
     points = []
-    for length in RAW_LENGTHS:
+    for number, length in enumerate(RAW_LENGTHS):
         point = raw_curve(session, length, [batch], min_seconds=seconds)[0]
-        points.append({"batch_size": batch, "length": length, "tokens_per_s": point.rows_per_s * length})
-        log.info("raw engine: batch %d x %d tokens: %.0f padded tokens/s", batch, length, points[-1]["tokens_per_s"])
-    return {"points": points, "best_tokens_per_s": max(p["tokens_per_s"] for p in points)}
+        tokens_per_s = point.rows_per_s * length
+        if previous:
+            tokens_per_s = max(tokens_per_s, previous[number]["tokens_per_s"])
+        points.append({"batch_size": batch, "length": length, "tokens_per_s": tokens_per_s})
+        log.info("raw engine: batch %d x %d tokens: %.0f padded tokens/s", batch, length, point.rows_per_s * length)
+    return points
 
 
 def measure_level(policy: str, traffic: Traffic, target, measurement: Measurement, endpoints) -> dict:
@@ -63,6 +67,9 @@ def measure_level(policy: str, traffic: Traffic, target, measurement: Measuremen
     row = result.to_dict()
     row["policy"] = policy
     row["padding"] = {**counts.__dict__, "waste": counts.waste, "rows_per_run": counts.rows_per_run}
+    if result.server["embed"].cache_hits:
+        log.warning("%s %s: %d response-cache hits; the workload should send unique texts", policy, result.traffic,
+                    result.server["embed"].cache_hits)  # fmt: skip
     short, long = row["per_length_class"].get("short"), row["per_length_class"].get("long")
     log.info(
         "%-8s %-18s %6.1f req/s %7.0f useful tok/s  waste %s  p99 short %s / long %s ms  encoder batch %.2f%s",
@@ -89,10 +96,11 @@ def run_bench(args: argparse.Namespace) -> int:
     encoder = load_config(MODEL_REPOSITORY / "encoder")
     measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
 
-    log.info("[1/2] raw engine: padded tokens/s at batch %d", encoder.max_batch_size)
-    raw = raw_engine_best(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx", encoder.max_batch_size, args.window / 2)
+    log.info("[1/3] raw engine: padded tokens/s at batch %d", encoder.max_batch_size)
+    session = open_session(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx")
+    raw_points = raw_engine_points(session, encoder.max_batch_size, args.window / 2)
 
-    log.info("[2/2] policies %s on %s", ", ".join(args.policies), target.describe)
+    log.info("[2/3] policies %s on %s", ", ".join(args.policies), target.describe)
     rows: list[dict] = []
     rate = args.rate
     with triton_endpoints(None, explicit_control=True) as endpoints:
@@ -112,6 +120,9 @@ def run_bench(args: argparse.Namespace) -> int:
             if rate:
                 rows.append(measure_level(policy, Traffic(rate=rate, seed=7, priority_mix=priority_mix), target, measurement, endpoints))
 
+    log.info("[3/3] raw engine again (the best of both measurements counts)")
+    raw_points = raw_engine_points(session, encoder.max_batch_size, args.window / 2, raw_points)
+    raw = {"points": raw_points, "best_tokens_per_s": max(p["tokens_per_s"] for p in raw_points)}
     report = {
         "cpu": cpu,
         "settings": {

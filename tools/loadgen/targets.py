@@ -6,7 +6,6 @@ for, so the response cache does not answer measurement traffic by accident.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import secrets
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedTexts
+from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedText, MixedTexts
 
 SAMPLE_TEXTS = (
     "How do I raise inference throughput without breaking the latency budget?",
@@ -89,18 +88,24 @@ def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int
 
 
 def mixed_target(mix: LengthMix | None = None, model: str = "embed", seed: int = 0, tokenizer_path: Path = DEFAULT_TOKENIZER) -> Target:
-    """One text per request from the mixed-length workload (tools/loadgen/mixed_texts.py)."""
+    """One text per request from the mixed-length workload (tools/loadgen/mixed_texts.py).
+
+    Texts are numbered across every run that uses this target (the engine's request index
+    restarts at 0 per run), so a later load level or policy never resends a text the
+    response cache already holds."""
     texts = MixedTexts(mix or LengthMix(), tokenizer_path, seed)
-    request = functools.lru_cache(maxsize=4096)(texts.request)  # built once, read twice
+    serials = itertools.count()
+    issued: dict[int, MixedText] = {}  # engine index -> its text, until the engine reads its class
 
     def make_inputs(module, index: int) -> list:
-        array = np.array([[request(index).text.encode()]], dtype=np.object_)
+        issued[index] = text = texts.request(next(serials))
+        array = np.array([[text.text.encode()]], dtype=np.object_)
         tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
         tensor.set_data_from_numpy(array)
         return [tensor]
 
     def request_class(index: int) -> tuple[str, int]:
-        text = request(index)
+        text = issued.pop(index)
         return text.length_class, text.tokens
 
     return Target(model, ("EMBEDDING",), make_inputs, f"{model}: mixed lengths ({texts.mix.describe()})", 1, {}, request_class)
