@@ -10,7 +10,8 @@ requests/s, useful (real) tokens/s, padding waste from the server's own counters
 (padding / real tokens computed), p50/p99 per length class (and per priority with a
 priority mix), Triton's average executed encoder batch and rows per session run, and the
 packing efficiency: useful tokens/s over the raw engine's best padded tokens/s measured
-in the same run (in-process ONNX Runtime at a full batch).
+in the same run (in-process ONNX Runtime at full batches, as one session with every core
+and as one single-thread session per encoder instance, before and after the served runs).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
-from tools.bench.engine import open_session, raw_curve
+from tools.bench.engine import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
 from tools.bench.machine import cpu_line, describe_cpu
 from tools.command import run_reporting_errors
@@ -41,21 +43,49 @@ from tools.tuning.reload import load_with_config
 
 log = logging.getLogger("bench-lengths")
 
-RAW_LENGTHS = (16, 64, 128)  # full-batch shapes for the raw engine's best padded tokens/s
+RAW_SHAPES = ((32, 16), (32, 64), (32, 128), (8, 64), (2, 128))  # (batch, length): full batches, and smaller ones
 
 
-def raw_engine_points(session, batch: int, seconds: float, previous: list[dict] | None = None) -> list[dict]:
-    """The in-process engine's padded tokens/s at a full batch for a few lengths; with
-    `previous`, the better of the two measurements per length (measured before and after
-    the served runs: the ceiling is the best the engine reached in this run)."""
+def parallel_tokens_per_s(sessions: list, batch: int, length: int, seconds: float) -> float:
+    """Padded tokens/s of these sessions running the same full batch side by side, one
+    thread each (ONNX Runtime releases the GIL), as Triton's instances do."""
+    feeds = token_batch(batch, length)
+    for session in sessions:
+        session.run(None, feeds)
+    runs = [0] * len(sessions)
+    deadline = time.perf_counter() + seconds
+
+    def loop(slot: int) -> None:
+        while time.perf_counter() < deadline or runs[slot] == 0:
+            sessions[slot].run(None, feeds)
+            runs[slot] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=loop, args=(slot,)) for slot in range(len(sessions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(runs) * batch * length / (time.perf_counter() - started)
+
+
+def raw_engine_points(model_path: Path, instances: int, seconds: float, previous: list[dict] | None = None) -> list[dict]:
+    """The in-process engine's padded tokens/s at a few batch shapes, as one session with
+    every core and as one single-thread session per encoder instance (on a busy machine
+    the second is up to 2x faster: threads of one run wait for each other). With
+    `previous`, the better of two measurements per point (before and after the served
+    runs): the ceiling is the best the engine reached in this run."""
+    layouts = {"1 session, all cores": [open_session(model_path)]}
+    if instances > 1:
+        layouts[f"{instances} sessions, 1 thread each"] = [open_session(model_path, threads=1) for _ in range(instances)]
     points = []
-    for number, length in enumerate(RAW_LENGTHS):
-        point = raw_curve(session, length, [batch], min_seconds=seconds)[0]
-        tokens_per_s = point.rows_per_s * length
-        if previous:
-            tokens_per_s = max(tokens_per_s, previous[number]["tokens_per_s"])
-        points.append({"batch_size": batch, "length": length, "tokens_per_s": tokens_per_s})
-        log.info("raw engine: batch %d x %d tokens: %.0f padded tokens/s", batch, length, point.rows_per_s * length)
+    for layout, sessions in layouts.items():
+        for batch, length in RAW_SHAPES:
+            tokens_per_s = parallel_tokens_per_s(sessions, batch, length, seconds)
+            log.info("raw engine, %s: batch %d x %d tokens: %.0f padded tokens/s", layout, batch, length, tokens_per_s)
+            if previous:
+                tokens_per_s = max(tokens_per_s, previous[len(points)]["tokens_per_s"])
+            points.append({"layout": layout, "batch_size": batch, "length": length, "tokens_per_s": tokens_per_s})
     return points
 
 
@@ -96,9 +126,10 @@ def run_bench(args: argparse.Namespace) -> int:
     encoder = load_config(MODEL_REPOSITORY / "encoder")
     measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
 
-    log.info("[1/3] raw engine: padded tokens/s at batch %d", encoder.max_batch_size)
-    session = open_session(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx")
-    raw_points = raw_engine_points(session, encoder.max_batch_size, args.window / 2)
+    instances = sum(group.count for group in encoder.instance_group) or 1
+    model_path = MODEL_REPOSITORY / "encoder" / "1" / "model.onnx"
+    log.info("[1/3] raw engine: padded tokens/s in process")
+    raw_points = raw_engine_points(model_path, instances, args.window / 2)
 
     log.info("[2/3] policies %s on %s", ", ".join(args.policies), target.describe)
     rows: list[dict] = []
@@ -121,7 +152,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 rows.append(measure_level(policy, Traffic(rate=rate, seed=7, priority_mix=priority_mix), target, measurement, endpoints))
 
     log.info("[3/3] raw engine again (the best of both measurements counts)")
-    raw_points = raw_engine_points(session, encoder.max_batch_size, args.window / 2, raw_points)
+    raw_points = raw_engine_points(model_path, instances, args.window / 2, raw_points)
     raw = {"points": raw_points, "best_tokens_per_s": max(p["tokens_per_s"] for p in raw_points)}
     report = {
         "cpu": cpu,
@@ -136,7 +167,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "warmup_s": args.warmup,
             "window_s": args.window,
             "max_windows": args.max_windows,
-            "encoder": {"max_batch_size": encoder.max_batch_size, "instances": sum(g.count for g in encoder.instance_group)},
+            "encoder": {"max_batch_size": encoder.max_batch_size, "instances": instances},
         },
         "raw_engine": raw,
         "rows": rows,
