@@ -38,7 +38,8 @@ class Target:
     describe: str = ""
     rows_per_request: int = 1
     extra: dict = field(default_factory=dict)
-    # Request index -> (length class, tokens), for results per class and useful tokens/s.
+    # Request index -> (length class, tokens), for results per class and useful tokens/s;
+    # the engine reads it once per request, after make_inputs for the same index.
     request_class: Callable[[int], tuple[str, int]] | None = None
 
 
