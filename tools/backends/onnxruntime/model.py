@@ -188,7 +188,10 @@ class TritonPythonModel:
         unknown = [name for name, _ in self.inputs if name not in session_inputs]
         if unknown:
             raise pb_utils.TritonModelException(f"config inputs {unknown} are not inputs of {path.name}: {sorted(session_inputs)}")
-        self.bounds, self.positions = _inspect(path)
+        bounds, positions = _inspect(path)
+        names = {name for name, _ in self.inputs}  # only what requests carry can be checked
+        self.bounds = {name: rows for name, rows in bounds.items() if name in names}
+        self.positions = positions if positions and positions[0] in names else None
 
     def _check(self, arrays: dict[str, np.ndarray]) -> str | None:
         """Why one request's inputs cannot run (None when they can)."""
