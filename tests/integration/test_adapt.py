@@ -16,6 +16,7 @@ from tools.admin_key import headers_for
 from tools.loadgen.report import OK
 from tools.loadgen.targets import encoder_target
 from tools.local_triton import ServerOptions
+from tools.tuning.curve import encoder_batch, measure_curve
 from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
@@ -43,9 +44,17 @@ def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> lis
             "--duration", str(seconds), "--window", "2", "--min-interval", "4", "--batching-gain", "1.2", "-q", *extra]  # fmt: skip
 
 
+def light_rate(options: ServerOptions) -> float:
+    """A quarter of the encoder's batch-1 capacity, measured on this server now (as
+    `tools.adaptive.evaluate` derives its low phase): light on any machine."""
+    (point,) = measure_curve(options.http_url, "encoder", encoder_batch(32), [1], repeats=4)
+    instances = sum(group.count or 1 for group in server_config(options.grpc_url, "encoder").instance_group)
+    return 0.25 * point.rows_per_s * instances
+
+
 def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_request(explicit_triton, tmp_path) -> None:
     _set_delay(explicit_triton, START_DELAY_US)
-    arrivals = phase_trace([Phase("light", 6.0, 20.0)], seed=3)
+    arrivals = phase_trace([Phase("light", light_rate(explicit_triton), 20.0)], seed=3)
     outcome: dict = {}
 
     def load() -> None:
