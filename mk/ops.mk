@@ -1,13 +1,14 @@
 # Operations targets (issue 6): Docker stop, metrics summary, system packages for the ops tests.
-# make stop                       stop the Docker stack started by `make serve RUNTIME=docker`
+# make stop                       remove a Docker stack left running (`make serve RUNTIME=docker` removes its own on Ctrl-C)
 # make metrics                    terminal summary of Triton's metrics (METRICS_ARGS="--interval 10")
 # make ops-deps                   apt-install prometheus and docker-compose when missing (tolerates failure)
 # make ops-check                  lint/validate docker/, monitoring/ and deploy/ (no server, no engine)
 # make gpu-variant                generate build/gpu_repository from the committed configs
+# make prometheus-rule            regenerate deploy/k8s/components/prometheus-operator/prometheusrule.yaml from the rule file
 METRICS_ARGS ?=
 OPS_APT_PACKAGES := prometheus docker-compose
 
-.PHONY: stop metrics ops-deps ops-check gpu-variant
+.PHONY: stop metrics ops-deps ops-check gpu-variant prometheus-rule
 
 stop: $(STAMP)
 	$(PY) -m tools.docker_runtime down
@@ -17,6 +18,9 @@ metrics: $(STAMP)
 
 gpu-variant: export
 	$(PY) -m tools.variant --kind gpu
+
+prometheus-rule: $(STAMP)
+	$(PY) -m tools.prometheus_rule
 
 # Debian packages the ops tests use; missing ones are installed when apt-get can (root,
 # package index reachable). A failure only warns: the tests that need them then skip and say why.
