@@ -36,7 +36,7 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert winner.dynamic_batching.max_queue_delay_microseconds == summary["winner"]["candidate"]["delay_us"]
     assert batching_problems(winner) == []
-    assert winner.instance_group[0].count == 1
+    assert winner.instance_group[0].count == summary["winner"]["candidate"]["instances"]  # the starting config (2) may win
     with_queues = summary["winner"]["candidate"]["priority_queues"]
     assert (winner.dynamic_batching.priority_levels == 2) == with_queues
     assert winner.dynamic_batching.HasField("default_queue_policy") == with_queues
