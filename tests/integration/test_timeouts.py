@@ -2,9 +2,9 @@
 
 A request whose timeout expires while it waits in a queue is rejected with Triton's
 "Request timeout expired" (HTTP 503 / gRPC UNAVAILABLE) and never runs; the requests
-queued around it are served. The backlog is confirmed through the server's pending-request
-gauge and sized from the measured execution time, so no test depends on how fast the
-machine is.
+queued around it are served. Backlogs are confirmed through the server's pending-request
+gauge, and timeouts and amounts of work derive from the measured execution time, so no
+test depends on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 
 # A backlog request fills a whole batch (nothing joins it), so each one is one execution.
 ROWS = load_config(MODEL_REPOSITORY / "encoder").max_batch_size
-TOKENS = 256
+SHORT, LONG = 64, 256  # tokens per row: short executions keep a queue of them far inside the 30 s bulk timeout
 TIMEOUT_MESSAGE = "Request timeout expired"
 
 
@@ -47,10 +47,10 @@ def outcome(call: Callable[[], object]) -> str:
         return str(exc)
 
 
-def encoder_request(url: str, priority: int, timeout_us: int | None = None, rows: int = 1) -> str:
+def encoder_request(url: str, priority: int, timeout_us: int | None = None, rows: int = 1, tokens: int = SHORT) -> str:
     module = client_module("grpc")
     client = module.InferenceServerClient(url)
-    ids = np.random.default_rng().integers(1000, 30_000, size=(rows, TOKENS), dtype=np.int64)
+    ids = np.random.default_rng().integers(1000, 30_000, size=(rows, tokens), dtype=np.int64)
     try:
         return outcome(lambda: client.infer("encoder", token_tensors(module, ids), priority=priority, timeout=timeout_us))
     finally:
@@ -69,9 +69,9 @@ def encoder_instances() -> int:
     return sum(group.count for group in load_config(MODEL_REPOSITORY / "encoder").instance_group)
 
 
-def execution_seconds(triton: ServerOptions) -> float:
-    """How long one backlog request (a full batch) runs on this machine, from the server's statistics."""
-    (point,) = measure_curve(triton.http_url, "encoder", encoder_batch(TOKENS), [ROWS], repeats=1)
+def execution_seconds(triton: ServerOptions, tokens: int) -> float:
+    """How long one backlog request (a full batch) runs on this machine now, from the server's statistics."""
+    (point,) = measure_curve(triton.http_url, "encoder", encoder_batch(tokens), [ROWS], repeats=1)
     return point.execution_ms / 1000.0
 
 
@@ -96,11 +96,12 @@ def timeouts_and_others(outcomes: list[str]) -> tuple[int, list[str]]:
 
 
 def test_a_request_whose_timeout_expires_in_the_queue_is_rejected_while_the_requests_around_it_are_served(triton) -> None:
-    instances, execution_s = encoder_instances(), execution_seconds(triton)
-    # ~3 s of queued work at the bulk level; a probe sent while more requests than there are
-    # instances wait ahead of it waits at least one whole execution before it could run.
-    backlog = instances * math.ceil(3.0 / execution_s) + instances + 2
-    probe_timeout_us = max(1, int(execution_s * 1e6 / 2))
+    instances, execution_s = encoder_instances(), execution_seconds(triton, SHORT)
+    # Every instance busy and more requests queued than there are instances: a probe queued
+    # behind them waits at least one whole execution, however fast the machine. The backlog
+    # stays a few executions long, well inside the bulk level's default timeout.
+    backlog = 2 * instances + 4
+    probe_timeout_us = max(1, int(execution_s * 1e6 / 4))
     before = ModelStats.settled(triton.http_url, "encoder")
     with concurrent.futures.ThreadPoolExecutor(backlog + 4) as pool:
         busy = [pool.submit(encoder_request, triton.grpc_url, 2, None, ROWS) for _ in range(backlog)]
@@ -127,12 +128,13 @@ def test_an_interactive_request_left_waiting_beyond_the_level_1_default_is_rejec
     """No timeout on the requests: the committed priority-1 default applies."""
     policy = load_config(MODEL_REPOSITORY / "encoder").dynamic_batching.priority_queue_policy[1]
     default_s = policy.default_timeout_microseconds / 1e6
-    instances, execution_s = encoder_instances(), execution_seconds(triton)
-    count = instances * math.ceil(3 * default_s / execution_s) + instances  # three times the default's worth of work
+    instances, execution_s = encoder_instances(), execution_seconds(triton, LONG)
+    # Six times the default's worth of work (in case the machine speeds up after the measurement)
+    count = instances * math.ceil(6 * default_s / execution_s) + instances
     assert count <= policy.max_queue_size, "the backlog fits the queue (else some are refused as queue full)"
     before = ModelStats.settled(triton.http_url, "encoder")
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        answers = list(pool.map(lambda _: encoder_request(triton.grpc_url, 1, None, ROWS), range(count)))
+        answers = list(pool.map(lambda _: encoder_request(triton.grpc_url, 1, None, ROWS, LONG), range(count)))
     served = answers.count("ok")
     timeouts, others = timeouts_and_others(answers)
     assert served > 0 and timeouts > 0, answers
