@@ -30,6 +30,7 @@ from tools.admin_key import generate_key, headers_for, redact, restricted_api_fl
 from tools.interrupts import server_stopped, server_stopping, watch_server
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.repository_check import missing_artifacts
+from tools.triton_console import start_forwarding
 
 log = logging.getLogger(__name__)
 
@@ -253,16 +254,21 @@ class LocalTriton:
             log.info("model-control API restricted; its key is in %s (header %r)", self.admin_key_file, ADMIN_HEADER)
         command = build_command(self.options, installation, backends, self.admin_key)
         log.info("starting %s", " ".join(redact(command, self.admin_key)))
-        output = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - owned by the process
+        # A log file gets everything; the console gets it through a filter for the CUDA noise
+        # of GPU-less hosts (tools/triton_console.py), unless debug logging asks for all.
+        output = open(self.log_path, "wb") if self.log_path else subprocess.PIPE  # noqa: SIM115 - owned by the process
         self._backends = backends
         try:
             self.process = subprocess.Popen(
                 command,
                 env=server_environment(installation),
                 stdout=output,
-                stderr=subprocess.STDOUT if output else None,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # signals reach Triton only through stop(), in order
             )
+            if self.process.stdout is not None:
+                sink = getattr(sys.stderr, "buffer", None) or os.fdopen(2, "wb", closefd=False)
+                self._console = start_forwarding(self.process.stdout, sink, not log.isEnabledFor(logging.DEBUG))
             # From here SIGINT/SIGTERM/SIGHUP unwind the command through stop() (tools/interrupts.py).
             watch_server(self.process.pid)
             self.wait_ready(ready_timeout_s)
@@ -343,6 +349,10 @@ class LocalTriton:
             os.killpg(process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        console = getattr(self, "_console", None)
+        if console is not None:
+            console.join(timeout=5)  # Triton's last lines before ours
+            self._console = None
         shutil.rmtree(getattr(self, "_backends", ""), ignore_errors=True)
         if self.admin_key_file:
             self.admin_key_file.unlink(missing_ok=True)
