@@ -266,6 +266,8 @@ class LocalTriton:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # signals reach Triton only through stop(), in order
             )
+            if self.log_path:
+                output.close()  # the child holds its own descriptor
             if self.process.stdout is not None:
                 sink = getattr(sys.stderr, "buffer", None) or os.fdopen(2, "wb", closefd=False)
                 self._console = start_forwarding(self.process.stdout, sink, not log.isEnabledFor(logging.DEBUG))
