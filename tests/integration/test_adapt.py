@@ -91,3 +91,28 @@ def test_a_dry_run_decides_but_reloads_nothing(explicit_triton, tmp_path) -> Non
     assert document["dry_run"] and not document["reloads"]
     assert any(d["changed"] for d in document["decisions"]), "an idle server: it would cut the delay"
     assert server_config(explicit_triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds == START_DELAY_US
+    assert document["final_delay_us"] == START_DELAY_US != document["law_final_delay_us"]
+
+
+def test_a_dry_run_says_the_delay_is_unchanged(explicit_triton, capsys) -> None:
+    _set_delay(explicit_triton, START_DELAY_US)
+    assert adapt.run(_controller_args(explicit_triton, 7, "--dry-run")) == 0
+    summary = capsys.readouterr().out
+    assert f"delay unchanged at {START_DELAY_US} us" in summary and "delay now" not in summary
+
+
+def test_a_server_without_explicit_model_control_is_refused_before_anything_runs(triton, caplog) -> None:
+    args = ["--model", "encoder", "--p99-ms", "150", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--duration", "60"]
+    code = adapt.run(args)  # no --batching-gain: a refusal after the gain measurement would log it first
+    assert code == 2
+    assert "not in explicit model-control mode" in caplog.text and "--model-control-mode explicit" in caplog.text
+    assert "batching gain" not in caplog.text and "polling is enabled" not in caplog.text
+
+
+def test_a_dry_run_watches_a_server_without_model_control(triton, caplog, capsys) -> None:
+    args = ["--model", "encoder", "--p99-ms", "150", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--duration", "5",
+            "--window", "2", "--batching-gain", "1.2", "--dry-run"]  # fmt: skip
+    assert adapt.run(args) == 0
+    assert "dry run: the server at" in caplog.text
+    delay = server_config(triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds
+    assert f"delay unchanged at {delay} us" in capsys.readouterr().out
