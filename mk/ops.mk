@@ -10,7 +10,7 @@ OPS_APT_PACKAGES := prometheus docker-compose
 
 .PHONY: stop metrics ops-deps ops-check gpu-variant prometheus-rule
 
-stop: $(STAMP) ## stop the Docker stack started by `make serve RUNTIME=docker`
+stop: $(STAMP) ## remove a Docker stack left running (`make serve RUNTIME=docker` removes its own on Ctrl-C)
 	$(PY) -m tools.docker_runtime down
 
 metrics: $(STAMP) ## terminal summary of a running server's metrics (METRICS_ARGS="--interval 10")
@@ -19,7 +19,7 @@ metrics: $(STAMP) ## terminal summary of a running server's metrics (METRICS_ARG
 gpu-variant: export ## generate build/gpu_repository from the committed configs
 	$(PY) -m tools.variant --kind gpu
 
-prometheus-rule: $(STAMP)
+prometheus-rule: $(STAMP) ## regenerate deploy/k8s PrometheusRule from monitoring/prometheus/rules (a test checks it is current)
 	$(PY) -m tools.prometheus_rule
 
 # Debian packages the ops tests use; missing ones are installed when apt-get can (root,
