@@ -13,9 +13,10 @@ import pytest
 from tools.adaptive.replay import Phase, Records, window_figures
 from tools.adaptive.report import best_static, phase_summary, render_markdown, verdict
 from tools.bench.render import render_markdown as render_bench
-from tools.loadgen.report import ClassResult, LatencySummary, LoadResult, summarise_classes
+from tools.loadgen.report import ClassResult, LatencySummary, LoadResult, ServerWindow, summarise_classes
 from tools.overload import LevelRow, OverloadResult, markdown_table
 from tools.soak import SoakReport, Window
+from tools.stats import ModelStats
 from tools.tuning.objectives import score
 from tools.tuning.report import write_trials
 from tools.tuning.session import Trial
@@ -57,6 +58,18 @@ def test_the_terminal_table_shows_a_dash_for_a_class_without_latency() -> None:
     assert "sends late by > 10 ms: 0" in table
     nothing = load_result({"rejected": 3}, LatencySummary())
     assert "p50       - ms" in nothing.one_line()
+
+
+def test_a_model_that_executed_nothing_has_no_server_averages() -> None:
+    idle = ServerWindow.of(ModelStats(failures=3))
+    assert idle.average_batch_size is None and idle.average_queue_ms is None and idle.average_compute_ms is None
+    busy = ServerWindow.of(ModelStats(requests=4, inferences=4, executions=2, queue_ns=8_000_000, compute_ns=40_000_000))
+    assert (busy.average_batch_size, busy.average_queue_ms, busy.average_compute_ms) == (2.0, 2.0, 10.0)
+    result = load_result({"rejected": 3}, LatencySummary())
+    result.server = {"encoder": idle}
+    row = next(line for line in result.table().splitlines() if line.strip().startswith("encoder"))
+    assert row.split() == ["encoder", "0", "0", "-", "-", "-", "0", "3", "-"]
+    assert "encoder: batch -" in result.one_line()
 
 
 def test_a_level_without_successful_requests_is_never_feasible_nor_a_0_ms_p99() -> None:

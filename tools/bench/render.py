@@ -68,9 +68,9 @@ def render_markdown(report: dict) -> str:
     for name, results in report["served"].items():
         for r in results:
             errors = sum(v for k, v in r["outcomes"].items() if k != "ok")
-            batch = r["server"].get("encoder", {}).get("average_batch_size", 0.0)
+            batch = r["server"].get("encoder", {}).get("average_batch_size")
             lines.append(_row([name, r["traffic"], f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
-                               format_ms(r["latency"]["p99_ms"]), f"{batch:.2f}", errors]))  # fmt: skip
+                               format_ms(r["latency"]["p99_ms"]), format_ms(batch, ".2f"), errors]))  # fmt: skip
     for r in report["naive_batcher"]:
         lines.append(_row(["naive batcher (in-process)", r["label"], f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
                            format_ms(r["latency"]["p99_ms"]), f"{r['average_batch']:.2f}", 0]))  # fmt: skip

@@ -25,7 +25,7 @@ def classify_error(message: str) -> str:
 
 
 def format_ms(value: float | None, spec: str = ".1f") -> str:
-    """A latency for a table or a log line: "-" when there is no value (nothing succeeded)."""
+    """A latency (or another average) for a table or a log line: "-" when there is no value."""
     return "-" if value is None else format(value, spec)
 
 
@@ -63,28 +63,30 @@ class ClassResult:
 
 @dataclass
 class ServerWindow:
-    """The server's own figures over the measured window (deltas of the statistics API)."""
+    """The server's own figures over the measured window (deltas of the statistics API).
+    Averages are None when there was nothing to average (no execution, no successful request)."""
 
     requests: int
     inferences: int
     executions: int
-    average_batch_size: float
+    average_batch_size: float | None
     batch_executions: dict[int, int]
-    average_queue_ms: float
-    average_compute_ms: float
+    average_queue_ms: float | None
+    average_compute_ms: float | None
     cache_hits: int
     failures: int
 
     @classmethod
     def of(cls, delta: ModelStats) -> ServerWindow:
+        per_request = delta.requests > 0
         return cls(
             delta.requests,
             delta.inferences,
             delta.executions,
-            delta.average_batch_size,
+            delta.average_batch_size if delta.executions else None,
             dict(delta.batch_executions),
-            delta.average_queue_ms,
-            delta.average_compute_ms,
+            delta.average_queue_ms if per_request else None,
+            delta.average_compute_ms if per_request else None,
             delta.cache_hits,
             delta.failures,
         )
@@ -120,7 +122,7 @@ class LoadResult:
         return asdict(self)
 
     def one_line(self) -> str:
-        server = " ".join(f"{name}: batch {window.average_batch_size:.2f}" for name, window in self.server.items())
+        server = " ".join(f"{name}: batch {format_ms(window.average_batch_size, '.2f')}" for name, window in self.server.items())
         errors = ", ".join(f"{k} {v}" for k, v in self.outcomes.items() if k != OK) or "no errors"
         return (
             f"{self.traffic:>28}: {self.throughput_rps:7.1f} req/s  p50 {format_ms(self.latency.p50_ms):>7} ms  "
@@ -145,8 +147,9 @@ class LoadResult:
                          f"{'cache hits':>11}{'failures':>9}  executed batch sizes (size:executions)")  # fmt: skip
             for name, w in self.server.items():
                 histogram = " ".join(f"{size}:{count}" for size, count in sorted(w.batch_executions.items())) or "-"
-                lines.append(f"  {name:<11}{w.requests:>9}{w.executions:>7}{w.average_batch_size:>10.2f}{w.average_queue_ms:>9.1f}"
-                             f"{w.average_compute_ms:>11.1f}{w.cache_hits:>11}{w.failures:>9}  {histogram}")  # fmt: skip
+                queue, compute = format_ms(w.average_queue_ms), format_ms(w.average_compute_ms)
+                averages = f"{format_ms(w.average_batch_size, '.2f'):>10}{queue:>9}{compute:>11}"
+                lines.append(f"  {name:<11}{w.requests:>9}{w.executions:>7}{averages}{w.cache_hits:>11}{w.failures:>9}  {histogram}")
         answered = sum(self.run_outcomes.values())
         lines.append(f"  whole run, warm-up included: {self.run_sent} sent, {answered} answered"
                      + "".join(f", {k} {v}" for k, v in sorted(self.run_outcomes.items())))  # fmt: skip

@@ -45,15 +45,15 @@ def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
                         "p50_ms": _round(result.get("latency", {}).get("p50_ms")),
                         "p99_ms": _round(result.get("latency", {}).get("p99_ms")),
                         "errors": sum(v for k, v in result.get("outcomes", {}).items() if k != "ok"),
-                        "avg_batch": round(server.get("average_batch_size", 0.0), 2),
-                        "queue_ms": round(server.get("average_queue_ms", 0.0), 2),
-                        "compute_ms": round(server.get("average_compute_ms", 0.0), 2),
+                        "avg_batch": _round(server.get("average_batch_size")),
+                        "queue_ms": _round(server.get("average_queue_ms")),
+                        "compute_ms": _round(server.get("average_compute_ms")),
                     }
                 )
 
 
 def _round(value: float | None) -> float | None:
-    """A latency for the CSV; None (an empty cell) where no request succeeded."""
+    """A figure for the CSV; None (an empty cell) where there was nothing to measure."""
     return None if value is None else round(value, 2)
 
 
