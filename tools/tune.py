@@ -271,7 +271,7 @@ def queues_hint(best: Trial | None) -> str:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse out-of-range options before any server starts (ValueError names the option)."""
-    if args.p99_ms <= 0:
+    if not args.p99_ms > 0:  # NaN too
         raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
     if args.max_trials < 1:
         raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
