@@ -25,8 +25,16 @@ from pathlib import Path
 
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
-from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, number_list, target_from_args, traffics_from_args
+from tools.loadgen.cli_args import (
+    add_load_arguments,
+    check_load_arguments,
+    measurement_from_args,
+    number_list,
+    target_from_args,
+    traffics_from_args,
+)
 from tools.loadgen.measure import run_load
+from tools.loadgen.report import format_ms
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, format_config, has_priority_queues, load_config, save_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
@@ -51,10 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--objective", choices=OBJECTIVES, default="throughput-slo")
-    add_load_arguments(parser, default_model="encoder")
+    add_load_arguments(parser, default_model="encoder", default_concurrency="1,4,16")
     parser.add_argument("--load-model", default=None, help="model the traffic is sent to (default: the ensemble serving --model)")
     add_admin_key_arguments(parser)
-    parser.set_defaults(concurrency=[1, 4, 16], warmup=1.0, window=2.0, max_windows=4, seq_len=None)
+    parser.set_defaults(warmup=1.0, window=2.0, max_windows=4, seq_len=None)
     space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
     space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
@@ -258,7 +266,7 @@ def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Tria
     save_config(config, output)
     started = unique[0]
     print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {winner.score.p99_ms:.1f} ms "
-          f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {started.score.p99_ms:.1f} ms)")  # fmt: skip
+          f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {format_ms(started.score.p99_ms)} ms)")  # fmt: skip
     print(f"winner config written to {output}")
     if not winner.candidate.priority_queues:
         log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
@@ -281,9 +289,28 @@ def queues_hint(best: Trial | None) -> str:
     return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {s.p99_ms:.1f} ms"
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse out-of-range options before any server starts (ValueError names the option)."""
+    if not args.p99_ms > 0:  # NaN too
+        raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
+    if args.max_trials < 1:
+        raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
+    if args.confirm < 0:
+        raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
+    for option, values, least in (("--max-batch-sizes", args.max_batch_sizes, 1), ("--delays-us", args.delays_us, 0),
+                                  ("--instances", args.instances, 1)):  # fmt: skip
+        if values is not None and (not values or min(values) < least):
+            raise ValueError(f"{option} values must be at least {least}, got {values}")
+    check_load_arguments(args)
+
+
 def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_arguments(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     configure_logging(args)
     return run_reporting_errors(lambda: run_tuning(args), log)
 
