@@ -265,7 +265,7 @@ def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Tria
     output.parent.mkdir(parents=True, exist_ok=True)
     save_config(config, output)
     started = unique[0]
-    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {winner.score.p99_ms:.1f} ms "
+    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {format_ms(winner.score.p99_ms)} ms "
           f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {format_ms(started.score.p99_ms)} ms)")  # fmt: skip
     print(f"winner config written to {output}")
     if not winner.candidate.priority_queues:
@@ -286,7 +286,7 @@ def queues_hint(best: Trial | None) -> str:
     if best is None:
         return ""
     s = best.score
-    return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {s.p99_ms:.1f} ms"
+    return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {format_ms(s.p99_ms)} ms"
 
 
 def check_arguments(args: argparse.Namespace) -> None:

@@ -68,8 +68,9 @@ def plot_trials(trials: list[Trial], winner: Trial | None, folder: Path, model: 
     for trial in trials:
         if not trial.results:
             continue
-        throughput = [r["throughput_rps"] for r in trial.results]
-        p99 = [r["latency"]["p99_ms"] for r in trial.results]
+        # a level without successful requests has no p99 (None): it has no point on the plot
+        points = [(r["throughput_rps"], r["latency"]["p99_ms"]) for r in trial.results if r["latency"]["p99_ms"] is not None]
+        throughput, p99 = [x for x, _ in points], [y for _, y in points]
         style = {"linewidth": 2.5, "color": "black"} if trial is winner else {"alpha": 0.55}
         axis.plot(throughput, p99, marker="o", label=trial.candidate.key if trial is winner else None, **style)
     axis.axhline(p99_ms, color="red", linestyle="--", label=f"SLO p99 {p99_ms:g} ms")
