@@ -19,11 +19,12 @@ stopped kills them at once instead of interrupting the stop half-way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -109,3 +110,20 @@ _guard = _Guard()
 watch_server: Callable[[int], None] = _guard.add
 server_stopping: Callable[[int], None] = _guard.stopping
 server_stopped: Callable[[int], None] = _guard.remove
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the block as Ctrl-C does, for a command that changes a server
+    it did not start (`tools.tune --url` reloading a remote model): its `finally` blocks
+    then put the server back, which a plain SIGTERM would skip. Default handlers only."""
+    replaced = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                replaced[signum] = signal.signal(signum, raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, handler in replaced.items():
+            signal.signal(signum, handler)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
+from tools.interrupts import signals_interrupt
 from tools.loadgen.cli_args import (
     add_load_arguments,
     check_load_arguments,
@@ -201,12 +202,12 @@ def run_tuning(args: argparse.Namespace) -> int:
         save_config(base, saved)
         log.info("base: the config %s runs on %s (saved to %s)", args.model, endpoints.http_url, saved)
         hint = f"load {saved} by hand (POST /v2/repository/models/{args.model}/load with it as the config override)"
-        with restoring(endpoints.http_url, args.model, base, endpoints.headers, hint):
+        with signals_interrupt(), restoring(endpoints.http_url, args.model, base, endpoints.headers, hint):
             try:
                 trials = sweep(args, endpoints, base, target, traffics, measurement, report_dir)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into tools.interrupts.Interrupted
                 log.warning("interrupted: trials so far are kept in %s; rerun with --resume to continue", report_dir / CHECKPOINT)
-                return 130
+                return getattr(exc, "code", 130)
     return write_outputs(args, base, trials, report_dir)
 
 
