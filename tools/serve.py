@@ -3,7 +3,8 @@
 The local runtime (the tritonserver binary from the nvidia-pytriton wheel) runs in the
 foreground; `--runtime docker` is the production path on GPU hosts (docker/compose.yaml,
 started detached, stopped by `make stop`). The default, `auto`, takes Docker when a
-Docker engine answers and the local runtime otherwise, and logs which.
+Docker engine answers and the local runtime otherwise, and logs which. Beside a local
+Triton runs the OpenAI-compatible gateway (gateway/, port 8080; `--no-gateway` skips it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
+from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
 from tools.docker_runtime import DockerUnavailable, engine_problem, serve_docker
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
     add_admin_key_arguments(parser)
+    add_serve_arguments(parser)
     add_verbosity_flags(parser)
     return parser
 
@@ -101,9 +104,12 @@ def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event
     return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
 
 
-def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0) -> int:
+def serve_local(
+    options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0, gateway: GatewayProcess | None = None
+) -> int:
     """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
-    With a watch interval, a dead backend stub is recovered (see tools.health_watch)."""
+    With a watch interval, a dead backend stub is recovered (see tools.health_watch).
+    With a gateway, it starts once Triton is ready and stops first (gateway.process)."""
     server = LocalTriton(options, log_path=None)
     restart = threading.Event()
     watch: HealthWatch | None = None
@@ -119,6 +125,10 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
             log.info("  %s", line)
         if server.admin_key_file:
             log.info("  model control: send header %r with the key in %s", ADMIN_HEADER, server.admin_key_file)
+        if gateway:
+            gateway.start()
+            for line in describe(gateway):
+                log.info("  %s", line)
         while True:
             if watch_interval_s and watch is None:
                 watch = start_watch(server, watch_interval_s, restart)
@@ -135,6 +145,8 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     except KeyboardInterrupt:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         if server.process is None:  # the signal came during start-up; start() already stopped it
             log.info("Triton stopped during start-up")
             return 0
@@ -147,6 +159,8 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     finally:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         server.stop()
 
 
@@ -168,8 +182,9 @@ def run(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return 1
     try:
-        return serve_local(options_from_args(args), args.ready_timeout, args.health_interval if args.health_watch else None)
-    except (TritonStartError, AdminKeyError) as exc:
+        gateway = gateway_from_args(args, args.host, args.grpc_port)
+        return serve_local(options_from_args(args), args.ready_timeout, args.health_interval if args.health_watch else None, gateway)
+    except (TritonStartError, AdminKeyError, GatewayStartError) as exc:
         log.error("%s", exc)
         return 1
 
