@@ -27,6 +27,7 @@ from tools.variant import DEFAULT_OUT, write_variant
 log = logging.getLogger("docker")
 
 COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
+GATEWAY_COMPOSE_FILE = REPO_ROOT / "docker" / "compose.gateway.yaml"  # the OpenAI-compatible gateway, an override
 PROJECT_NAME = "triton-embed"
 
 
@@ -72,8 +73,9 @@ def compose_environment(options: ServerOptions, model_repository: Path) -> dict[
     return env
 
 
-def compose(args: list[str], env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    command = [*compose_command(), "-p", PROJECT_NAME, "-f", str(COMPOSE_FILE), *args]
+def compose(args: list[str], env: dict[str, str] | None = None, check: bool = True, gateway: bool = True) -> subprocess.CompletedProcess:
+    files = [COMPOSE_FILE, GATEWAY_COMPOSE_FILE] if gateway else [COMPOSE_FILE]
+    command = [*compose_command(), "-p", PROJECT_NAME, *(part for path in files for part in ("-f", str(path))), *args]
     log.debug("running %s", " ".join(command))
     return subprocess.run(command, env=env, check=check, cwd=COMPOSE_FILE.parent)
 
@@ -92,8 +94,9 @@ def wait_ready(options: ServerOptions, timeout_s: float) -> bool:
     return False
 
 
-def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gpu") -> int:
-    """Generate the variant, start the stack detached, wait for Triton; 0 when ready."""
+def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gpu", gateway_port: int | None = None) -> int:
+    """Generate the variant, start the stack detached, wait for Triton; 0 when ready.
+    With a gateway port, the OpenAI-compatible gateway runs too (docker/compose.gateway.yaml)."""
     problem = engine_problem()
     if problem:
         raise DockerUnavailable(f"the Docker runtime needs a Docker engine: {problem}; use --runtime local")
@@ -101,8 +104,10 @@ def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gp
     write_variant(kind, repository, options.model_repository)
     log.info("generated the %s model repository %s", kind, repository)
     env = compose_environment(options, repository)
+    if gateway_port is not None:
+        env["GATEWAY_PORT"] = str(gateway_port)
     log.info("starting NGC Triton, Prometheus and Grafana (docker/compose.yaml; first start pulls the images)")
-    compose(["up", "-d", "--build"], env=env)
+    compose(["up", "-d", "--build", "--remove-orphans"], env=env, gateway=gateway_port is not None)
     if not wait_ready(options, ready_timeout_s):
         compose(["logs", "--tail", "40", "triton"], env=env, check=False)
         log.error("Triton in Docker was not ready after %.0f s (its log is above); `make stop` stops the stack", ready_timeout_s)
@@ -111,6 +116,8 @@ def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gp
     log.info("  HTTP     http://%s   (try: curl %s/v2/models/embed/ready)", options.http_url, options.http_url)
     log.info("  gRPC     %s", options.grpc_url)
     log.info("  metrics  %s", options.metrics_url)
+    if gateway_port is not None:
+        log.info("  OpenAI   http://%s:%d/v1   (the gateway; ready once Triton is)", options.host, gateway_port)
     log.info("  Prometheus http://%s:9090   Grafana http://%s:3000 (dashboard 'Triton dynamic batching')", options.host, options.host)
     return 0
 

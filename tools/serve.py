@@ -174,7 +174,8 @@ def run(argv: list[str] | None = None) -> int:
         log.info("runtime: %s (%s)", runtime, f"{problem}" if problem else "a Docker engine answers")
     if runtime == "docker":
         try:
-            return serve_docker(options_from_args(args), args.ready_timeout, kind=args.gpu_variant)
+            gateway_port = args.gateway_port if args.gateway else None
+            return serve_docker(options_from_args(args), args.ready_timeout, kind=args.gpu_variant, gateway_port=gateway_port)
         except DockerUnavailable as exc:
             log.error("%s", exc)
             return 2
