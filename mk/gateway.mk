@@ -12,3 +12,12 @@ gateway: export ## run the OpenAI-compatible gateway alone against a running Tri
 
 bench-gateway: export ## OpenAI gateway vs Triton's HTTP/JSON vs infinity-emb at concurrency 1/16/64, reports/bench-gateway/
 	$(PY) -m tools.bench.gateway $(BENCH_GATEWAY_ARGS)
+
+# infinity-emb in a virtual environment of its own (never the project's .venv), for bench-gateway's comparison.
+INFINITY_VENV := build/infinity-venv
+INFINITY_PIN := "infinity-emb[server,optimum]==0.0.78" "torch==2.13.0"  # the project's torch pin (the CPU wheel here)
+
+.PHONY: infinity-venv
+
+infinity-venv: ## install infinity-emb (pinned) into build/infinity-venv for `make bench-gateway`
+	@test -x $(INFINITY_VENV)/bin/infinity_emb || { $(PYTHON) -m venv $(INFINITY_VENV) && $(INFINITY_VENV)/bin/python -m pip install --quiet $(INFINITY_PIN); }
