@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -160,7 +161,7 @@ def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int
         raise GatewayStartError(f"--gateway-port must be 1-65535, not {args.gateway_port}")
     if port_in_use(host, args.gateway_port):
         raise GatewayStartError(f"gateway port {args.gateway_port} on {host} is already in use; choose another with --gateway-port")
-    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(args.gateway_args.split()))
+    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(shlex.split(args.gateway_args)))
 
 
 def describe(gateway: GatewayProcess) -> tuple[str, ...]:
