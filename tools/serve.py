@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.model_control_mode,
         help="'explicit' lets tools reload models with new batching settings",
     )
-    parser.add_argument("--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size")
+    parser.add_argument(
+        "--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size (0: no cache)"
+    )
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
     parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
