@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
+from tools.loadgen.perf_csv import write_perf_csv
 from tools.local_triton import TritonStartError
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.server_session import triton_endpoints
@@ -29,6 +30,7 @@ def run(argv: list[str] | None = None) -> int:
     )
     add_load_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="write every result to this JSON file")
+    parser.add_argument("--csv", type=Path, default=None, help="write the levels as perf_analyzer's CSV (`perf_analyzer -f`)")
     add_verbosity_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
@@ -53,6 +55,8 @@ def run(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([r.to_dict() for r in results], indent=2))
         log.info("wrote %s", args.json)
+    if args.csv:
+        log.info("wrote %s", write_perf_csv(results, args.csv))
     return 0 if all(r.sent for r in results) else 1
 
 
