@@ -5,5 +5,5 @@ PERF_INPUTS_ARGS ?=
 
 .PHONY: perf-inputs
 
-perf-inputs: export ## perf_analyzer --input-data files (embed TEXT, encoder token ids) and a Model Analyzer config in build/perf/
+perf-inputs: export ## perf_analyzer --input-data files (embed TEXT, encoder token ids) and Model Analyzer configs in build/perf/
 	$(PY) -m tools.perf_inputs $(PERF_INPUTS_ARGS)

@@ -6,8 +6,8 @@ project's own corpus (loadtest/data/corpus.tsv, English and Chinese, short and l
 - `embed.json`: one text per request (`TEXT`, BYTES `[1]`), cycling over the corpus;
 - `encoder.json`: the same texts tokenized with the model's own tokenizer.json, padded or
   cut to `--seq-len` tokens (the encoder's batcher joins only equal shapes);
-- `model-analyzer.yaml`: a Model Analyzer profile config for both models, pointing at
-  those files, launching our Triton image in Docker (see docker/README.md).
+- `model-analyzer-<model>.yaml`: a Model Analyzer profile config per model, pointing at
+  its file, launching our Triton image in Docker (see docker/README.md).
 What each model takes is read from its config (TYPE_STRING input = texts, INT64 = ids).
 """
 
@@ -67,18 +67,18 @@ def token_input_data(config: ModelConfig, texts: list[str], tokenizer_path: Path
     return {"data": entries}
 
 
-def model_analyzer_config(repository: Path, files: dict[str, Path], out: Path, max_concurrency: int) -> dict:
-    """Model Analyzer's profile config: Triton launched from our image in Docker (it needs the
-    tokenizers package that NVIDIA's plain image lacks), our input data for each model."""
+def model_analyzer_config(repository: Path, model: str, data: Path, out: Path, max_concurrency: int) -> dict:
+    """Model Analyzer's profile config for one model: Triton launched from our image in Docker
+    (it needs the tokenizers package that NVIDIA's plain image lacks), our input data."""
     return {
         "model_repository": str(repository.resolve()),
         "triton_launch_mode": "docker",
         "triton_docker_image": TRITON_IMAGE,
-        "output_model_repository_path": str((out / "model-analyzer" / "output_models").resolve()),
+        "output_model_repository_path": str((out / f"model-analyzer-{model}" / "output_models").resolve()),
         "override_output_model_repository": True,
-        "export_path": str((out / "model-analyzer").resolve()),
+        "export_path": str((out / f"model-analyzer-{model}").resolve()),
         "run_config_search_max_concurrency": max_concurrency,
-        "profile_models": {model: {"perf_analyzer_flags": {"input-data": str(path.resolve())}} for model, path in files.items()},
+        "profile_models": {model: {"perf_analyzer_flags": {"input-data": str(data.resolve())}}},
     }
 
 
@@ -95,9 +95,10 @@ def write_inputs(out: Path, repository: Path, sequence_length: int, entries: int
     for model, document in documents.items():
         files[model] = out / f"{model}.json"
         files[model].write_text(json.dumps(document, ensure_ascii=False))
-    files["model-analyzer"] = out / "model-analyzer.yaml"
-    config = model_analyzer_config(repository, {m: files[m] for m in documents}, out, max_concurrency)
-    files["model-analyzer"].write_text(yaml.safe_dump(config, sort_keys=False))
+    for model in documents:
+        config = model_analyzer_config(repository, model, files[model], out, max_concurrency)
+        files[f"model-analyzer-{model}"] = out / f"model-analyzer-{model}.yaml"
+        files[f"model-analyzer-{model}"].write_text(yaml.safe_dump(config, sort_keys=False))
     return files
 
 
@@ -127,7 +128,7 @@ def run(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 1
     for name, path in files.items():
-        log.info("%-15s %s", name, path)
+        log.info("%-22s %s", name, path)
     return 0
 
 

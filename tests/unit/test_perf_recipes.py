@@ -52,8 +52,9 @@ def test_input_data_files_follow_the_model_configs(tmp_path) -> None:
     encoder = json.loads(files["encoder"].read_text())["data"]
     assert all(len(entry["INPUT_IDS"]["content"]) == entry["INPUT_IDS"]["shape"][0] == 32 for entry in encoder)
     assert all(entry["INPUT_IDS"]["content"][0] == 101 for entry in encoder), "[CLS] first: the model's own tokenizer"
-    analyzer = yaml.safe_load(files["model-analyzer"].read_text())
-    assert analyzer["profile_models"]["encoder"]["perf_analyzer_flags"]["input-data"] == str(files["encoder"].resolve())
+    analyzer = yaml.safe_load(files["model-analyzer-encoder"].read_text())
+    assert analyzer["profile_models"] == {"encoder": {"perf_analyzer_flags": {"input-data": str(files["encoder"].resolve())}}}
+    assert analyzer["triton_launch_mode"] == "docker" and analyzer["model_repository"] == str((tmp_path / "repository").resolve())
 
 
 def test_a_cache_size_of_zero_starts_triton_without_a_response_cache(tmp_path) -> None:
