@@ -106,6 +106,19 @@ class GatewayProcess:
             time.sleep(0.2)
         return False
 
+    def restart_if_exited(self) -> bool:
+        """For a launcher's watch loop: a gateway that died is started again (True), with its
+        exit status logged; Triton keeps serving meanwhile."""
+        if self.process is None or self.process.poll() is None:
+            return False
+        log.error("the gateway exited with status %s; starting it again", self.process.returncode)
+        self.process = None
+        try:
+            self.start()
+        except GatewayStartError as exc:
+            log.error("%s", exc)
+        return True
+
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_path or not self.log_path.exists():
             return ""

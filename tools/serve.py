@@ -137,6 +137,8 @@ def serve_local(
             if server.process.poll() is not None:
                 log.error("tritonserver exited on its own with status %s", server.process.returncode)
                 return server.process.returncode or 1
+            if gateway:
+                gateway.restart_if_exited()
             if restart.wait(0.5):
                 watch.stop()
                 watch = None

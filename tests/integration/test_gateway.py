@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import itertools
 import os
+import signal
 from collections.abc import Iterator
 
 import httpx
@@ -260,3 +261,18 @@ def test_interactive_requests_use_tritons_priority_1_queue(small_queue_gateway) 
     response = post(small_queue_gateway, {"model": "embed", "input": unique_texts(256, words=100)}, {"X-Request-Priority": "interactive"})
     assert response.status_code == 200, response.text
     assert len(response.json()["data"]) == 256
+
+
+def test_a_gateway_that_died_is_started_again_by_the_launchers_watch(tmp_path) -> None:
+    (dead_port,) = free_ports(1)
+    process = start_gateway(f"127.0.0.1:{dead_port}", tmp_path / "gateway.log")
+    try:
+        assert not process.restart_if_exited(), "a running gateway is left alone"
+        first = process.process.pid
+        os.kill(first, signal.SIGKILL)
+        process.process.wait(timeout=30)
+        assert process.restart_if_exited()
+        assert process.process.pid != first
+        assert httpx.get(f"{process.url}/health/live").status_code == 200
+    finally:
+        process.stop()
