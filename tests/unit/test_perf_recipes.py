@@ -62,3 +62,11 @@ def test_a_cache_size_of_zero_starts_triton_without_a_response_cache(tmp_path) -
     without = build_command(ServerOptions(cache_size_bytes=0), installation, tmp_path)
     assert not any(part.startswith("--cache") for part in without)
     assert "--cache-config=local,size=1048576" in build_command(ServerOptions(cache_size_bytes=1 << 20), installation, tmp_path)
+
+
+def test_a_server_that_executed_nothing_leaves_its_cells_empty(tmp_path) -> None:
+    idle = result("concurrency 1", [])
+    for window in idle.server.values():
+        window.average_queue_ms = window.average_compute_ms = None
+    path = write_perf_csv([idle], tmp_path / "idle.csv")
+    assert path.read_text().splitlines()[1] == "1,10.0000,0,,,,,,0,,,,"

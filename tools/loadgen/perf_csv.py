@@ -9,7 +9,8 @@ times in microseconds. What we measure differently:
   (we read compute as one figure);
 - `Client Send` and `Client Recv` are not measured apart: 0, and everything between
   client latency and server time is `Network+Server Send/Recv`.
-A level without successful requests has empty latency cells: no samples, no value.
+A level without successful requests has empty latency cells, and one where the server
+executed nothing empty server cells: no samples, no value.
 """
 
 from __future__ import annotations
@@ -36,15 +37,24 @@ def _level(traffic: str) -> tuple[str, str]:
     return RATE_COLUMN, numbers[0] if numbers else traffic
 
 
+def _server_us(result: LoadResult, field: str) -> float | None:
+    """Summed over the models measured; None when no model reported it (it executed nothing)."""
+    values = [getattr(window, field) for window in result.server.values()]
+    known = [value for value in values if value is not None]
+    return sum(known) * 1000 if known else None
+
+
 def perf_row(result: LoadResult) -> dict[str, str]:
     column, level = _level(result.traffic)
     row = {column: level, "Inferences/Second": f"{result.rows_per_s:.4f}", "Client Send": "0", "Client Recv": "0"}
-    queue_us = sum(window.average_queue_ms for window in result.server.values()) * 1000
-    compute_us = sum(window.average_compute_ms for window in result.server.values()) * 1000
-    row.update({"Server Queue": f"{queue_us:.0f}", "Server Compute Input": "0", "Server Compute Infer": f"{compute_us:.0f}"})
-    row["Server Compute Output"] = "0"
+    queue_us = _server_us(result, "average_queue_ms")
+    compute_us = _server_us(result, "average_compute_ms")
+    if queue_us is not None and compute_us is not None:
+        row.update({"Server Queue": f"{queue_us:.0f}", "Server Compute Input": "0", "Server Compute Infer": f"{compute_us:.0f}"})
+        row["Server Compute Output"] = "0"
     if result.latency.count:
-        row["Network+Server Send/Recv"] = f"{max(0.0, result.latency.mean_ms * 1000 - queue_us - compute_us):.0f}"
+        server_us = (queue_us or 0.0) + (compute_us or 0.0)
+        row["Network+Server Send/Recv"] = f"{max(0.0, result.latency.mean_ms * 1000 - server_us):.0f}"
         for name, value in (
             ("p50", result.latency.p50_ms),
             ("p90", result.latency.p90_ms),
