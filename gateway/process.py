@@ -162,7 +162,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run the OpenAI-compatible gateway (POST /v1/embeddings); --no-gateway: Triton only",
     )
     parser.add_argument("--gateway-port", type=int, default=DEFAULT_PORT, help="the gateway's port (default %(default)s)")
-    parser.add_argument("--gateway-args", default="", help='more `python -m gateway` options, e.g. "--api-key-file KEYS"')
+    parser.add_argument(
+        "--gateway-args",
+        default=None,
+        help='local runtime only: more `python -m gateway` options, e.g. "--api-key-file KEYS" (Docker: GATEWAY_API_KEYS)',
+    )
 
 
 def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int) -> GatewayProcess | None:
@@ -174,7 +178,7 @@ def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int
         raise GatewayStartError(f"--gateway-port must be 1-65535, not {args.gateway_port}")
     if port_in_use(host, args.gateway_port):
         raise GatewayStartError(f"gateway port {args.gateway_port} on {host} is already in use; choose another with --gateway-port")
-    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(shlex.split(args.gateway_args)))
+    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(shlex.split(args.gateway_args or "")))
 
 
 def describe(gateway: GatewayProcess) -> tuple[str, ...]:

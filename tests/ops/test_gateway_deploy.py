@@ -69,6 +69,8 @@ def test_the_pod_runs_the_gateway_with_readiness_on_tritons_model() -> None:
     assert gateway["livenessProbe"]["httpGet"]["path"] == "/health/live"
     assert "--triton-url=127.0.0.1:8001" in gateway["args"]
     assert {m["name"] for m in gateway["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
+    (triton,) = [c for c in pod["containers"] if c["name"] == "triton"]
+    assert gateway["lifecycle"]["preStop"] == triton["lifecycle"]["preStop"], "both stop accepting once endpoints dropped the pod"
     (service,) = [d for d in documents if d["kind"] == "Service"]
     assert {"name": "gateway", "port": 8080, "targetPort": "gateway"} in service["spec"]["ports"]
     (monitor,) = [d for d in documents if d["kind"] == "ServiceMonitor"]

@@ -36,12 +36,14 @@ def snapshot(http_url: str, model: str, at_s: float) -> Snapshot:
 
 
 def observation(earlier: Snapshot, later: Snapshot, instances: int = 1) -> Observation | None:
-    """The window between two snapshots, or None when the counters were reset in between."""
+    """The window between two snapshots; None when the counters were reset in between or nothing ran."""
     delta = later.stats - earlier.stats
     busy = later.busy_ns - earlier.busy_ns
     seconds = later.at_s - earlier.at_s
     if seconds <= 0 or busy < 0 or min(delta.requests, delta.executions, delta.failures, delta.queue_ns) < 0:
         return None
+    if delta.requests == 0 or delta.executions == 0:
+        return None  # an idle window has no queue or compute time to judge the delay by
     return Observation(
         window_s=seconds,
         requests=delta.requests,

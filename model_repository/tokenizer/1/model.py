@@ -12,9 +12,18 @@ Bad input fails only its own request, with INVALID_ARG (HTTP 400) and the offend
 byte. A text is cut to `max_text_chars` characters before tokenizing: the model reads
 at most a few hundred tokens, and tokenizing megabytes to keep 256 of them would let
 one huge request hold the step (and every request queued behind it) for seconds.
+
+Hot path: `encode_batch_fast` (no character offsets, which nothing here reads) on
+unpadded texts, then one vectorised fill of the padded id and mask arrays (padding in
+the library built a Python list per row for ids and again for masks). In-process, on
+4,096 mixed texts (70% of 5-30 words, 30% of 120-180) in execute() calls of 16 requests,
+old/new median over 7 interleaved repetitions: 1.32x and 1.54x in two runs (2-core AMD
+EPYC, 2026-12); tokenizing itself is most of what is left. The padding policy is the
+library's, checked row for row by tests/unit/test_tokenizer_backend.py.
 """
 
 import json
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +47,13 @@ def _invalid_argument(message: str):
 
 def _decode_texts(raw: np.ndarray) -> list[str]:
     """TYPE_STRING arrives as bytes objects; reject non-UTF-8 with the offending position."""
+    items = raw.reshape(-1).tolist()
+    try:
+        return [item.decode("utf-8") for item in items]
+    except (UnicodeDecodeError, AttributeError):  # find the culprit (or a str) item by item
+        pass
     texts = []
-    for index, item in enumerate(raw.reshape(-1)):
+    for index, item in enumerate(items):
         data = item if isinstance(item, bytes) else str(item).encode()
         try:
             texts.append(data.decode("utf-8"))
@@ -62,33 +76,41 @@ class TritonPythonModel:
         padding = self.tokenizer.padding
         if not self.tokenizer.truncation or not padding:
             raise pb_utils.TritonModelException("tokenizer.json lacks truncation or padding settings; re-run `make export`")
-        self.tokenizer.enable_padding(
-            pad_id=padding["pad_id"],
-            pad_token=padding["pad_token"],
-            pad_to_multiple_of=max(1, int(_parameter(config, "pad_to_multiple_of", "16"))),
-        )
+        if str(padding.get("direction", "right")).lower() != "right":
+            raise pb_utils.TritonModelException(f"tokenizer.json pads on the {padding['direction']}; this step pads on the right")
+        self.pad_id = int(padding["pad_id"])
+        self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of", "16")))
+        self.tokenizer.no_padding()  # padded in _pad(), once per call
+        self.encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # _fast: tokenizers >= 0.21
         self.max_text_chars = max(1, int(_parameter(config, "max_text_chars", DEFAULT_MAX_TEXT_CHARS)))
+
+    def _pad(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and attention mask of one length: the longest row rounded up to the multiple,
+        right-padded with the pad id (what the library's `enable_padding` gives)."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        width = -(-int(lengths.max(initial=0)) // self.multiple) * self.multiple
+        real = np.arange(width) < lengths[:, None]
+        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
+        input_ids[real] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        return input_ids, real.astype(np.int64)
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
         texts: list[str] = []
         owners: list[tuple[int, int, int]] = []  # (request index, first text, text count)
+        limit = self.max_text_chars
         for index, request in enumerate(requests):
-            raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
             try:
-                decoded = _decode_texts(raw)
+                decoded = _decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy())
             except ValueError as exc:
                 responses[index] = pb_utils.InferenceResponse(error=_invalid_argument(str(exc)))
                 continue
             owners.append((index, len(texts), len(decoded)))
-            texts.extend(text[: self.max_text_chars] for text in decoded)
-        if not texts:
+            texts.extend(text if len(text) <= limit else text[:limit] for text in decoded)
+        if not owners:
             return responses
 
-        encodings = self.tokenizer.encode_batch(texts)  # padded to one length for the whole call
-        input_ids = np.array([encoding.ids for encoding in encodings], dtype=np.int64)
-        attention_mask = np.array([encoding.attention_mask for encoding in encodings], dtype=np.int64)
-
+        input_ids, attention_mask = self._pad([encoding.ids for encoding in self.encode(texts)])
         for index, first, count in owners:
             rows = slice(first, first + count)
             responses[index] = pb_utils.InferenceResponse(
