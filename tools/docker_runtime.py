@@ -2,7 +2,8 @@
 
 `python -m tools.serve --runtime docker` generates the GPU model repository, runs
 `compose up --build` attached (in the foreground, the project's convention for
-`make serve`) and, on Ctrl-C or SIGTERM, stops and removes the stack (`compose down`).
+`make serve`; with docker/compose.gateway.yaml, the OpenAI-compatible gateway, unless
+--no-gateway) and, on Ctrl-C or SIGTERM, stops and removes the stack (`compose down`).
 `python -m tools.docker_runtime down` (`make stop`) removes a stack started otherwise.
 
 Whether Docker can serve at all is decided by asking the host, not by finding the
@@ -37,6 +38,7 @@ from tools.variant import DEFAULT_OUT, write_variant
 log = logging.getLogger("docker")
 
 COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
+GATEWAY_COMPOSE_FILE = REPO_ROOT / "docker" / "compose.gateway.yaml"  # the OpenAI-compatible gateway, an override
 PROJECT_NAME = "triton-embed"
 # Kept across starts, so a tuner pointed at the stack can read it; git ignores build/.
 ADMIN_KEY_FILE = BUILD_DIR / "docker" / "admin-key"
@@ -177,8 +179,14 @@ def compose_environment(options: ServerOptions, model_repository: Path, admin_ke
     return env
 
 
-def compose(args: list[str], env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    command = [*compose_command(), "-p", PROJECT_NAME, "-f", str(COMPOSE_FILE), *args]
+def compose_file_args(gateway: bool = True) -> list[str]:
+    """`-f` for compose.yaml, and for the gateway's override when it runs (or is stopped)."""
+    files = [COMPOSE_FILE, GATEWAY_COMPOSE_FILE] if gateway else [COMPOSE_FILE]
+    return [part for path in files for part in ("-f", str(path))]
+
+
+def compose(args: list[str], env: dict[str, str] | None = None, check: bool = True, gateway: bool = True) -> subprocess.CompletedProcess:
+    command = [*compose_command(), "-p", PROJECT_NAME, *compose_file_args(gateway), *args]
     log.debug("running %s", " ".join(command))
     return subprocess.run(command, env=env, check=check, cwd=COMPOSE_FILE.parent)
 
@@ -192,7 +200,9 @@ def is_ready(options: ServerOptions) -> bool:
         return False
 
 
-def announce_when_ready(options: ServerOptions, ready_timeout_s: float, key_file: Path | None, stop: threading.Event) -> None:
+def announce_when_ready(
+    options: ServerOptions, ready_timeout_s: float, key_file: Path | None, stop: threading.Event, gateway_port: int | None = None
+) -> None:
     """Log the endpoints once Triton is ready; warn once if it takes longer than the timeout."""
     waited = 0.0
     warned = False
@@ -202,6 +212,8 @@ def announce_when_ready(options: ServerOptions, ready_timeout_s: float, key_file
             log.info("  HTTP     http://%s   (try: curl %s/v2/models/embed/ready)", options.http_url, options.http_url)
             log.info("  gRPC     %s", options.grpc_url)
             log.info("  metrics  %s", options.metrics_url)
+            if gateway_port is not None:
+                log.info("  OpenAI   http://%s:%d/v1   (the gateway; ready once Triton is)", options.host, gateway_port)
             log.info(
                 "  Prometheus http://%s:9090   Grafana http://%s:3000 (dashboard 'Triton dynamic batching')", options.host, options.host
             )
@@ -237,21 +249,28 @@ def stop_attached(process: subprocess.Popen, grace_s: float) -> None:
     process.wait()
 
 
-def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gpu") -> int:
+def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gpu", gateway_port: int | None = None) -> int:
     """Run the stack in the foreground until Ctrl-C/SIGTERM (0), or until `compose up`
-    ends on its own (its status). The caller turns SIGTERM into KeyboardInterrupt."""
-    base = compose_command()
+    ends on its own (its status). The caller turns SIGTERM into KeyboardInterrupt.
+    With a gateway port, the OpenAI-compatible gateway runs too (docker/compose.gateway.yaml)."""
+    base = [*compose_command(), "-p", PROJECT_NAME, *compose_file_args(gateway=gateway_port is not None)]
     repository = DEFAULT_OUT[kind]
     write_variant(kind, repository, options.model_repository)
     log.info("generated the %s model repository %s", kind, repository)
     key, key_file = docker_admin_key(options)
     env = compose_environment(options, repository, key)
-    up_command = [*base, "-p", PROJECT_NAME, "-f", str(COMPOSE_FILE), "up", "--build"]
-    log.info("starting NGC Triton, Prometheus and Grafana (docker/compose.yaml; the first start pulls the images)")
+    if gateway_port is not None:
+        env["GATEWAY_PORT"] = str(gateway_port)
+    # --remove-orphans: a gateway left by an earlier start goes when this one runs without it.
+    up_command = [*base, "up", "--build", "--remove-orphans"]
+    log.info(
+        "starting NGC Triton, Prometheus and Grafana%s (docker/compose.yaml; the first start pulls the images)",
+        " and the OpenAI-compatible gateway" if gateway_port is not None else "",
+    )
     log.debug("running %s", " ".join(up_command))
     stop = threading.Event()
     process = subprocess.Popen(up_command, env=env, cwd=COMPOSE_FILE.parent, stdin=subprocess.DEVNULL, start_new_session=True)
-    watcher = threading.Thread(target=announce_when_ready, args=(options, ready_timeout_s, key_file, stop), daemon=True)
+    watcher = threading.Thread(target=announce_when_ready, args=(options, ready_timeout_s, key_file, stop, gateway_port), daemon=True)
     watcher.start()
     try:
         code = process.wait()
@@ -268,7 +287,7 @@ def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gp
         stop.set()
         if process.poll() is None:
             stop_attached(process, options.exit_timeout_s + 20.0)
-        down = subprocess.run([*base, "-p", PROJECT_NAME, "-f", str(COMPOSE_FILE), "down"], env=env, cwd=COMPOSE_FILE.parent, check=False)
+        down = subprocess.run([*base, "down"], env=env, cwd=COMPOSE_FILE.parent, check=False)
         if down.returncode:
             log.error("`compose down` exited with status %s; `make stop` retries", down.returncode)
         else:

@@ -197,8 +197,6 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
         str(installation.binary),
         f"--model-repository={options.model_repository}",
         f"--backend-directory={backends}",
-        f"--cache-directory={installation.caches}",
-        f"--cache-config=local,size={options.cache_size_bytes}",
         f"--http-address={options.host}",
         f"--http-port={options.http_port}",
         f"--grpc-address={options.host}",
@@ -211,6 +209,8 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
         f"--log-verbose={options.log_verbose}",
         "--strict-readiness=true",
     ]
+    if options.cache_size_bytes > 0:  # 0: no response cache (Triton refuses a local cache of size 0)
+        command += [f"--cache-directory={installation.caches}", f"--cache-config=local,size={options.cache_size_bytes}"]
     command += [f"--load-model={name}" for name in options.load_models]
     if admin_key:
         command += restricted_api_flags(admin_key)

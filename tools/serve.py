@@ -5,7 +5,9 @@ nvidia-pytriton wheel, CPU) and docker (docker/compose.yaml: NGC Triton on a GPU
 Prometheus and Grafana), the production path. The default, `auto`, takes Docker only
 when Docker can give a container an NVIDIA GPU (an engine answers, it has the NVIDIA
 runtime, nvidia-smi lists a GPU) and the local runtime otherwise, and logs which and why.
-A flag the chosen runtime cannot honour is refused, never dropped.
+A flag the chosen runtime cannot honour is refused, never dropped. Beside Triton runs the
+OpenAI-compatible gateway (gateway/, port 8080; docker/compose.gateway.yaml in Docker;
+`--no-gateway` skips it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
 from tools.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
@@ -32,12 +35,14 @@ log = logging.getLogger("serve")
 
 HEALTH_INTERVAL_S = 2.0
 # Flags only one runtime can honour (dest -> how the user wrote it). Docker runs Triton
-# with explicit model control, compose's health check and restart policy; the local
-# runtime serves the committed repository, not a generated GPU variant.
+# with explicit model control, compose's health check and restart policy, and the gateway
+# with the options of docker/compose.gateway.yaml (--no-gateway and --gateway-port work on
+# both runtimes); the local runtime serves the committed repository, not a GPU variant.
 LOCAL_ONLY = {
     "model_control_mode": "--model-control-mode",
     "health_watch": "--health-watch/--no-health-watch",
     "health_interval": "--health-interval",
+    "gateway_args": "--gateway-args",
 }
 DOCKER_ONLY = {"gpu_variant": "--gpu-variant"}
 
@@ -69,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"'explicit' lets tools reload models with new batching settings (local default: {defaults.model_control_mode}; "
         "the docker runtime always runs explicit)",
     )
-    parser.add_argument("--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size")
+    parser.add_argument(
+        "--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size (0: no cache)"
+    )
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
     parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
@@ -86,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"local runtime only: seconds between health checks (default {HEALTH_INTERVAL_S})",
     )
     add_admin_key_arguments(parser)
+    add_serve_arguments(parser)
     add_verbosity_flags(parser)
     return parser
 
@@ -112,7 +120,10 @@ def refused_flags(args: argparse.Namespace, runtime: str) -> str | None:
         given = [flag for dest, flag in LOCAL_ONLY.items() if getattr(args, dest) is not None]
         if args.model_control_mode == "explicit":
             given.remove(LOCAL_ONLY["model_control_mode"])
-        reason = "Docker runs Triton with explicit model control, compose's health check and restart policy"
+        reason = (
+            "Docker runs Triton with explicit model control, compose's health check and restart policy, "
+            "and the gateway as docker/compose.gateway.yaml configures it"
+        )
     else:
         given = [flag for dest, flag in DOCKER_ONLY.items() if getattr(args, dest) is not None]
         reason = "it chooses among the generated GPU repositories, which only the docker runtime serves"
@@ -154,9 +165,12 @@ def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event
     return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
 
 
-def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0) -> int:
+def serve_local(
+    options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0, gateway: GatewayProcess | None = None
+) -> int:
     """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
-    With a watch interval, a dead backend stub is recovered (see tools.health_watch)."""
+    With a watch interval, a dead backend stub is recovered (see tools.health_watch).
+    With a gateway, it starts once Triton is ready and stops first (gateway.process)."""
     server = LocalTriton(options, log_path=None)
     restart = threading.Event()
     watch: HealthWatch | None = None
@@ -168,12 +182,18 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
             log.info("  %s", line)
         if server.admin_key_file:
             log.info("  model control: send header %r with the key in %s", ADMIN_HEADER, server.admin_key_file)
+        if gateway:
+            gateway.start()
+            for line in describe(gateway):
+                log.info("  %s", line)
         while True:
             if watch_interval_s and watch is None:
                 watch = start_watch(server, watch_interval_s, restart)
             if server.process.poll() is not None:
                 log.error("tritonserver exited on its own with status %s", server.process.returncode)
                 return server.process.returncode or 1
+            if gateway:
+                gateway.restart_if_exited()
             if restart.wait(0.5):
                 watch.stop()
                 watch = None
@@ -184,6 +204,8 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     except KeyboardInterrupt:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         if server.process is None:  # the signal came during start-up; start() already stopped it
             log.info("Triton stopped during start-up")
             return 0
@@ -196,6 +218,8 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     finally:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         server.stop()
 
 
@@ -221,13 +245,17 @@ def run(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         if runtime == "docker":
-            return serve_docker(options_from_args(args, "docker"), args.ready_timeout, kind=args.gpu_variant or "gpu")
+            gateway_port = args.gateway_port if args.gateway else None
+            return serve_docker(
+                options_from_args(args, "docker"), args.ready_timeout, kind=args.gpu_variant or "gpu", gateway_port=gateway_port
+            )
         interval = None if args.health_watch is False else args.health_interval or HEALTH_INTERVAL_S
-        return serve_local(options_from_args(args), args.ready_timeout, interval)
+        gateway = gateway_from_args(args, args.host, args.grpc_port)  # its port is checked before Triton starts
+        return serve_local(options_from_args(args), args.ready_timeout, interval, gateway)
     except DockerUnavailable as exc:
         log.error("%s", exc)
         return 2
-    except (TritonStartError, AdminKeyError, VariantError, subprocess.CalledProcessError) as exc:
+    except (TritonStartError, AdminKeyError, GatewayStartError, VariantError, subprocess.CalledProcessError) as exc:
         log.error("%s", exc)
         return 1
     except KeyboardInterrupt:

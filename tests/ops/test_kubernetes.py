@@ -73,8 +73,14 @@ def pod_spec(request: pytest.FixtureRequest) -> dict:
     return deployment["spec"]["template"]["spec"]
 
 
+def triton_container(pod_spec: dict) -> dict:
+    """Triton's container (overlays/gpu adds the gateway's beside it)."""
+    (container,) = [c for c in pod_spec["containers"] if c["name"] == "triton"]
+    return container
+
+
 def test_model_control_is_restricted_with_the_key_from_a_secret(pod_spec: dict) -> None:
-    (container,) = pod_spec["containers"]
+    container = triton_container(pod_spec)
     assert "command" not in container, "the image's entrypoint (tools/admin_key.py) adds the restriction"
     assert "--model-control-mode=explicit" in container["args"]
     (key,) = [env for env in container["env"] if env["name"] == "TRITON_ADMIN_KEY"]
@@ -87,7 +93,7 @@ def test_model_control_is_restricted_with_the_key_from_a_secret(pod_spec: dict) 
 
 
 def test_probes_check_the_model_not_only_the_server(pod_spec: dict) -> None:
-    (container,) = pod_spec["containers"]
+    container = triton_container(pod_spec)
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/models/embed/ready"
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/models/embed/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live", "a missing model must not restart-loop a live server"
@@ -96,7 +102,7 @@ def test_probes_check_the_model_not_only_the_server(pod_spec: dict) -> None:
 
 
 def test_shutdown_waits_for_endpoints_then_drains_within_the_grace_period(pod_spec: dict) -> None:
-    (container,) = pod_spec["containers"]
+    container = triton_container(pod_spec)
     sleep = container["lifecycle"]["preStop"]["exec"]["command"]
     assert sleep[0] == "sleep" and int(sleep[1]) >= 5
     (exit_timeout,) = [int(arg.split("=")[1]) for arg in container["args"] if arg.startswith("--exit-timeout-secs=")]
@@ -104,7 +110,7 @@ def test_shutdown_waits_for_endpoints_then_drains_within_the_grace_period(pod_sp
 
 
 def test_triton_exports_the_summary_latencies_the_slo_alert_reads(pod_spec: dict) -> None:
-    (container,) = pod_spec["containers"]
+    container = triton_container(pod_spec)
     assert "--metrics-config=summary_latencies=true" in container["args"]
     rules = (MONITORING_DIR / "prometheus" / "rules" / "triton.yml").read_text()
     assert "nv_inference_request_summary_us" in rules

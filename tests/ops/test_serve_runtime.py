@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from tools.docker_runtime import DockerCheck, DockerUnavailable, HostProbes, check_docker_gpu, compose_environment
+from tools.docker_runtime import (
+    GATEWAY_COMPOSE_FILE,
+    DockerCheck,
+    DockerUnavailable,
+    HostProbes,
+    check_docker_gpu,
+    compose_environment,
+    compose_file_args,
+)
 from tools.local_triton import ServerOptions, free_ports
 from tools.paths import REPO_ROOT
 from tools.serve import build_parser, choose_runtime, refused_flags
@@ -112,6 +120,7 @@ def test_local_asked_for_probes_nothing() -> None:
         (["--health-interval", "5"], "--health-interval"),
         (["--model-control-mode", "none"], "--model-control-mode"),
         (["--model-control-mode", "poll"], "--model-control-mode"),
+        (["--gateway-args", "--api-key-file keys"], "--gateway-args"),
     ],
 )
 def test_docker_refuses_local_only_flags(flags: list[str], named: str) -> None:
@@ -132,9 +141,12 @@ def test_docker_accepts_what_it_honours() -> None:
             "5",
             "--gpu-variant",
             "tensorrt",
+            "--gateway-port",
+            "9090",
         ]
     )
     assert refused_flags(args, "docker") is None
+    assert refused_flags(build_parser().parse_args(["--no-gateway"]), "docker") is None
 
 
 def test_local_refuses_the_gpu_variant_and_accepts_its_own_flags() -> None:
@@ -158,6 +170,11 @@ def test_compose_gets_every_flag_the_docker_runtime_honours() -> None:
     assert {name: env[name] for name in expected} == expected
 
 
+def test_the_gateways_compose_override_is_left_out_with_no_gateway() -> None:
+    assert str(GATEWAY_COMPOSE_FILE) in compose_file_args(gateway=True)
+    assert str(GATEWAY_COMPOSE_FILE) not in compose_file_args(gateway=False)
+
+
 # --- the command line, with fake host tools on PATH ----------------------------------------
 
 FAKE_DOCKER = """#!/bin/sh
@@ -177,7 +194,7 @@ FAKE_COMPOSE = """#!/bin/bash
 echo "compose $*" >> "$FAKE_LOG"
 case " $* " in
   *" up "*)
-    env | grep -E '^TRITON_(ADMIN_KEY|HTTP_PORT)=' | sort >> "$FAKE_LOG"
+    env | grep -E '^(TRITON_ADMIN_KEY|TRITON_HTTP_PORT|GATEWAY_PORT)=' | sort >> "$FAKE_LOG"
     trap 'echo "up got SIGINT" >> "$FAKE_LOG"; exit 0' INT
     while true; do sleep 0.1; done ;;
 esac
@@ -245,8 +262,8 @@ def test_auto_refuses_a_docker_only_flag_when_it_picks_local(fake_host: dict[str
 
 def test_docker_runs_compose_attached_and_takes_the_stack_down_on_sigterm(fake_host: dict[str, str]) -> None:
     env = with_gpu(fake_host)
-    http, grpc, metrics = free_ports(3)
-    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    http, grpc, metrics, gateway = free_ports(4)
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--gateway-port", str(gateway)]
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--runtime", "docker", "--admin-key", "k3y", *ports],
         cwd=REPO_ROOT,
@@ -270,7 +287,9 @@ def test_docker_runs_compose_attached_and_takes_the_stack_down_on_sigterm(fake_h
             process.kill()
     log = compose_log(env).splitlines()
     up = next(line for line in log if " up " in f"{line} ")
-    assert up.endswith("up --build") and " -d" not in up
-    assert "TRITON_ADMIN_KEY=k3y" in log and f"TRITON_HTTP_PORT={http}" in log
+    assert " up --build" in up and " -d" not in up
+    down = next(line for line in log if line.endswith(" down"))
+    assert "compose.gateway.yaml" in up and "compose.gateway.yaml" in down, "the gateway's override comes up and goes down"
+    assert "TRITON_ADMIN_KEY=k3y" in log and f"TRITON_HTTP_PORT={http}" in log and f"GATEWAY_PORT={gateway}" in log
     assert log.index("up got SIGINT") < next(i for i, line in enumerate(log) if line.endswith(" down")), log
     assert process.returncode == 0, output

@@ -104,7 +104,7 @@ def test_serve_drains_in_flight_requests_on_sigterm() -> None:
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", "--runtime", "local", "--http-port", str(http), "--grpc-port", str(grpc),
-         "--metrics-port", str(metrics), "--exit-timeout", "120"],
+         "--metrics-port", str(metrics), "--exit-timeout", "120", "--no-gateway"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

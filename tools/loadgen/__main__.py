@@ -17,6 +17,7 @@ from pathlib import Path
 from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
+from tools.loadgen.perf_csv import write_perf_csv
 from tools.loadgen.report import LoadResult
 from tools.loadgen.targets import check_target
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_load_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="write every result to this JSON file")
+    parser.add_argument("--csv", type=Path, default=None, help="write the levels as perf_analyzer's CSV (`perf_analyzer -f`)")
     add_verbosity_flags(parser)
     return parser
 
@@ -51,6 +53,8 @@ def measure(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([r.to_dict() for r in results], indent=2))
         log.info("wrote %s", args.json)
+    if args.csv:
+        log.info("wrote %s", write_perf_csv(results, args.csv))
     empty = [r.traffic for r in results if not r.sent]
     if empty:
         log.error("no request was sent in the measured windows of: %s", ", ".join(empty))
