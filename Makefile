@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 RUNTIME ?= auto
 # Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
 TARGET ?= onnx
+# Encoder precision: fp32 (the default when empty), fp16 (GPU hosts) or int8 (README "Precision");
+# with TARGET=tensorrt empty means TensorRT's FP16 engine.
+PRECISION ?=
 # Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
 SERVE_ARGS ?=
 EXPORT_ARGS ?=
@@ -17,7 +20,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make serve     set up .venv, export the model if needed, run Triton (Ctrl-C stops; RUNTIME=local|docker|auto)"
 	@echo "make test      set up .venv, export the model if needed, run the whole test suite"
-	@echo "make export    export the model to model_repository/ (no-op when up to date)"
+	@echo "make export    export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8)"
 	@echo "make tune      tune the encoder's batching for a p99 SLO (TUNE_ARGS=...)"
 	@echo "make bench     side-by-side benchmark report in reports/bench/"
 	@echo "make loadtest  locust load test with an SLO verdict (see loadtest/README.md)"
@@ -35,7 +38,7 @@ $(STAMP): requirements.txt
 venv: $(STAMP)
 
 export: $(STAMP)
-	$(PY) -m export --target $(TARGET) $(EXPORT_ARGS)
+	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
 serve: export
 	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
