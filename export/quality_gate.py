@@ -134,14 +134,9 @@ def embed_texts(model_path: Path, tokenizer, texts: Sequence[str], pad_to_multip
     return np.stack([rows[index] for index in range(len(texts))])
 
 
-def check_quality(reference_path: Path, candidate_path: Path, tokenizer, pad_to_multiple_of: int, texts: Sequence[str],
-                  languages: Sequence[str], thresholds: QualityThresholds = QualityThresholds(), label: str = "variant",
-                  accept_quality_loss: bool = False) -> QualityReport:  # fmt: skip
-    """Gate figures of `candidate_path` against `reference_path`; raises QualityGateError
-    below the thresholds unless `accept_quality_loss` (then it only warns)."""
-    reference = embed_texts(reference_path, tokenizer, texts, pad_to_multiple_of)
-    candidate = embed_texts(candidate_path, tokenizer, texts, pad_to_multiple_of)
-    report = compare(reference, candidate, languages, thresholds.neighbours)
+def enforce(report: QualityReport, thresholds: QualityThresholds, label: str = "variant", accept_quality_loss: bool = False) -> None:
+    """Raise QualityGateError when `report` fails `thresholds`, unless the user accepted
+    the loss (then only warn: the manifest still records the figures)."""
     problems = report.failures(thresholds)
     if problems and not accept_quality_loss:
         raise QualityGateError(
@@ -150,4 +145,14 @@ def check_quality(reference_path: Path, candidate_path: Path, tokenizer, pad_to_
         )
     if problems:
         log.warning("writing the %s encoder below the quality gate (--accept-quality-loss): %s", label, "; ".join(problems))
+
+
+def check_quality(reference_path: Path, candidate_path: Path, tokenizer, pad_to_multiple_of: int, texts: Sequence[str],
+                  languages: Sequence[str], thresholds: QualityThresholds = QualityThresholds(), label: str = "variant",
+                  accept_quality_loss: bool = False) -> QualityReport:  # fmt: skip
+    """Gate figures of `candidate_path` against `reference_path`, enforced (see `enforce`)."""
+    reference = embed_texts(reference_path, tokenizer, texts, pad_to_multiple_of)
+    candidate = embed_texts(candidate_path, tokenizer, texts, pad_to_multiple_of)
+    report = compare(reference, candidate, languages, thresholds.neighbours)
+    enforce(report, thresholds, label, accept_quality_loss)
     return report
