@@ -1,21 +1,22 @@
 """Reduced-precision encoders from the parity-checked fp32 ONNX graph (ONNX Runtime tooling).
 
-What is converted was chosen by measurement on all-MiniLM-L6-v2 (README, "Precision"):
-  int8 dynamic  weights int8 per output channel, activations quantized per run; every
-                weight MatMul except the feed-forward down-projections (the MatMul that
-                reads the GELU output, whose outliers no int8 range covers: quantizing
-                those alone costs more than all other MatMuls together).
-  int8 static   QDQ with activation ranges calibrated (MinMax) on English and Chinese
-                texts, weights int8 per channel; only the square hidden->hidden MatMuls
-                (query, key, value, attention output): fixed ranges also lose on the
-                feed-forward up-projection and on the attention score products.
+What is converted was chosen by measurement on all-MiniLM-L6-v2 against the quality gate
+(README, "Precision"):
+  int8          weights int8 per output channel in the square hidden->hidden MatMuls
+                (query, key, value, attention output), 24 of the 36 weight MatMuls.
+                `dynamic` quantizes their activations per run; `static` (QDQ) uses
+                ranges calibrated (MinMax) on English and Chinese texts. The feed-forward
+                projections stay fp32: quantizing only the down-projection (it reads the
+                GELU output, whose outliers no int8 range covers) or only the up-projection
+                costs more than all square MatMuls together, mostly on short texts. The
+                attention score products stay fp32 too (static ranges lose there).
   fp16          every float tensor in fp16 except the inputs, the output and the pooling
                 and normalisation after the encoder's last LayerNormalization, for GPU
                 hosts (CUDA provider); ONNX Runtime's CPU provider has few fp16 kernels.
-Embedding lookups (Gather) and LayerNormalization stay fp32 in every variant: the lookup
-gains nothing from int8 and the serving backend checks token ids against its table.
-The nodes are picked by structure (weight shapes, graph position), not by name, so
-another BERT-style model is treated the same way.
+Embedding lookups (Gather) and LayerNormalization stay fp32 in every variant: int8 tables
+cost quality and the serving backend checks token ids against the table. The nodes are
+picked by structure (weight shapes, graph position), not by name, so another BERT-style
+model is treated the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ PRECISIONS = ("fp32", "fp16", "int8")
 INT8_METHODS = ("dynamic", "static")
 DEFAULT_INT8_METHOD = "dynamic"
 CALIBRATION_BATCH = 8
+INT8_QUANTIZED = "square hidden->hidden MatMuls (query, key, value, attention output), weights per channel"
+INT8_KEPT_FP32 = "embeddings, LayerNorm, feed-forward projections, attention products, pooling"
 
 
 @dataclass(frozen=True)
@@ -62,16 +65,10 @@ class PrecisionSpec:
             return {"precision": "fp32"}
         if self.precision == "fp16":
             return {"precision": "fp16", "kept_fp32": "inputs, outputs, pooling and normalisation"}
-        settings = {"precision": "int8", "int8_method": self.int8_method, "weights": "int8 per channel", "kept_fp32": self.kept_fp32}
+        settings = {"precision": "int8", "int8_method": self.int8_method, "quantized": INT8_QUANTIZED, "kept_fp32": INT8_KEPT_FP32}
         if self.int8_method == "static":
             settings["calibration"] = {"texts": len(calibration_texts), "sha256": texts_digest(calibration_texts), "method": "MinMax"}
         return settings
-
-    @property
-    def kept_fp32(self) -> str:
-        if self.int8_method == "dynamic":
-            return "embeddings, LayerNorm, feed-forward down-projections, attention products, pooling"
-        return "embeddings, LayerNorm, feed-forward projections, attention products, pooling"
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -89,12 +86,9 @@ def weight_matmuls(model) -> dict[str, tuple[int, ...]]:
     return {node.name: shapes[node.input[1]] for node in model.graph.node if node.op_type == "MatMul" and node.input[1] in shapes}
 
 
-def int8_nodes(model, method: str) -> list[str]:
-    """The MatMuls to quantize for `method` (see the module docstring)."""
-    weights = weight_matmuls(model)
-    if method == "dynamic":
-        return [name for name, shape in weights.items() if len(shape) == 2 and shape[0] <= shape[1]]
-    return [name for name, shape in weights.items() if len(shape) == 2 and shape[0] == shape[1]]
+def int8_nodes(model) -> list[str]:
+    """The MatMuls to quantize: those with a square 2-D weight (see the module docstring)."""
+    return [name for name, shape in weight_matmuls(model).items() if len(shape) == 2 and shape[0] == shape[1]]
 
 
 def pooling_nodes(model) -> list[str]:
@@ -158,7 +152,7 @@ def quantize_int8(source: Path, destination: Path, method: str, calibration: Tok
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     model = onnx.load(str(source))
-    chosen = int8_nodes(model, method)
+    chosen = int8_nodes(model)
     if not chosen:
         raise ExportError(f"{source.name} has no MatMul with a weight to quantize; int8 does not apply to this graph")
     excluded = [node.name for node in model.graph.node if node.op_type == "MatMul" and node.name not in chosen]
@@ -199,7 +193,7 @@ def convert(spec: PrecisionSpec, source: Path, destination: Path, calibration: T
     """Build the variant `spec` names; returns a one-line description for the log."""
     if spec.precision == "int8":
         chosen = quantize_int8(source, destination, spec.int8_method, calibration)
-        return f"{len(chosen)} MatMuls int8 ({spec.int8_method}, per channel); {spec.kept_fp32} fp32"
+        return f"{len(chosen)} MatMuls int8 ({spec.int8_method}, per channel); {INT8_KEPT_FP32} fp32"
     if spec.precision == "fp16":
         kept = convert_fp16(source, destination)
         return f"fp16 with inputs, outputs and {len(kept)} pooling/normalisation nodes fp32"

@@ -2,10 +2,11 @@
 
 A reduced-precision encoder is calibrated on one set of texts and judged on another.
 Both come from one generator of topic sentences (cooking, databases, football, weather,
-...) in two languages, short queries and passages of 100-256 tokens, so the judge sees
-traffic like the served one. The split is made per sentence before passages are built,
-so no held-out text, nor any sentence inside a held-out passage, was ever seen during
-calibration. Nothing is downloaded: the texts are generated from the word lists below.
+...) in two languages: keyword queries of a few tokens (where int8 errors weigh most,
+as few tokens average them out), sentences, and passages of 100-256 tokens, so the judge
+sees traffic like the served one. The split is made per sentence and keyword before passages are
+built, so no held-out text, nor any sentence inside a held-out passage, was ever seen
+during calibration. Nothing is downloaded: the texts are generated from the word lists below.
 """
 
 from __future__ import annotations
@@ -281,24 +282,31 @@ def _sentences(topics: dict, tails: tuple[str, ...], forms: tuple[str, ...]) -> 
     return result
 
 
+def _keywords(topics: dict) -> list[tuple[str, str]]:
+    """Keyword queries: each topic's name, subjects and predicates on their own."""
+    return [(topic, text) for topic, (subjects, predicates) in topics.items() for text in (topic, *subjects, *predicates)]
+
+
 def _passage(rng: random.Random, sentences: list[str], separator: str, count: int) -> str:
     return separator.join(rng.sample(sentences, count))
 
 
-def _language_texts(rng: random.Random, pool: list[tuple[str, str]], count: int, separator: str, per_passage: tuple[int, int],
-                    passage_share: float) -> list[str]:  # fmt: skip
-    """`count` unique texts from `pool`: short sentences, and passages of one topic's sentences."""
+def _language_texts(rng: random.Random, pool: list[tuple[str, str]], keywords: list[tuple[str, str]], count: int, separator: str,
+                    per_passage: tuple[int, int], passage_share: float, keyword_share: float) -> list[str]:  # fmt: skip
+    """`count` unique texts: passages of one topic's sentences, keyword queries, then sentences."""
     by_topic: dict[str, list[str]] = {}
     for topic, sentence in pool:
         by_topic.setdefault(topic, []).append(sentence)
     topics = sorted(by_topic)
-    passages = round(count * passage_share)
+    passages, queries = round(count * passage_share), round(count * keyword_share)
     texts: list[str] = []
     seen: set[str] = set()
     while len(texts) < count:
         topic = topics[len(texts) % len(topics)]
         if len(texts) < passages:
             text = _passage(rng, by_topic[topic], separator, rng.randint(*per_passage))
+        elif len(texts) < passages + queries:
+            text = rng.choice(keywords)[1]
         else:
             text = rng.choice(by_topic[topic])
         if text not in seen:
@@ -307,21 +315,27 @@ def _language_texts(rng: random.Random, pool: list[tuple[str, str]], count: int,
     return texts
 
 
-def text_sets(calibration: int = 96, held_out: int = 320, passage_share: float = 0.3, seed: int = SEED) -> TextSets:
-    """Half English, half Chinese in each set; `passage_share` of each are 100-256-token passages."""
+def text_sets(calibration: int = 96, held_out: int = 320, passage_share: float = 0.3, keyword_share: float = 0.2,
+              seed: int = SEED) -> TextSets:  # fmt: skip
+    """Half English, half Chinese in each set; `passage_share` of each are 100-256-token
+    passages, `keyword_share` keyword queries of 1-10 tokens, the rest single sentences."""
     rng = random.Random(seed)
     halves: dict[str, list[str]] = {"calibration": [], "held_out": []}
     languages: list[str] = []
     sources = (
-        ("english", _sentences(ENGLISH_TOPICS, ENGLISH_TAILS, ENGLISH_FORMS), " ", (6, 12)),
-        ("chinese", _sentences(CHINESE_TOPICS, CHINESE_TAILS, CHINESE_FORMS), "", (5, 10)),
+        ("english", _sentences(ENGLISH_TOPICS, ENGLISH_TAILS, ENGLISH_FORMS), _keywords(ENGLISH_TOPICS), " ", (6, 12)),
+        ("chinese", _sentences(CHINESE_TOPICS, CHINESE_TAILS, CHINESE_FORMS), _keywords(CHINESE_TOPICS), "", (5, 10)),
     )
-    for language, pool, separator, per_passage in sources:
+    for language, pool, keywords, separator, per_passage in sources:
         rng.shuffle(pool)
-        split = len(pool) // 4  # a quarter of the sentences for calibration, the rest held out
-        parts = {"calibration": (pool[:split], calibration), "held_out": (pool[split:], held_out)}
-        for name, (sentences, total) in parts.items():
-            halves[name] += _language_texts(rng, sentences, total // 2, separator, per_passage, passage_share)
+        rng.shuffle(keywords)
+        split, keyword_split = len(pool) // 4, len(keywords) // 4  # a quarter for calibration, the rest held out
+        parts = {
+            "calibration": (pool[:split], keywords[:keyword_split], calibration),
+            "held_out": (pool[split:], keywords[keyword_split:], held_out),
+        }
+        for name, (sentences, words, total) in parts.items():
+            halves[name] += _language_texts(rng, sentences, words, total // 2, separator, per_passage, passage_share, keyword_share)
         languages += [language] * (held_out // 2)
     sets = TextSets(tuple(halves["calibration"]), tuple(halves["held_out"]), tuple(languages))
     overlap = set(sets.calibration) & set(sets.held_out)
