@@ -129,7 +129,7 @@ class TokenizedCalibration:
 
 
 @contextlib.contextmanager
-def _quiet_quantizer() -> Iterator[None]:
+def quiet_quantizer() -> Iterator[None]:
     """ONNX Runtime's quantizer logs on the root logger: a line per tensor at INFO, and a
     hint to pre-process the graph at WARNING. The session applies the same graph
     optimisations when it loads the model and the quality gate measures the result, so
@@ -157,7 +157,7 @@ def quantize_int8(source: Path, destination: Path, method: str, calibration: Tok
         raise ExportError(f"{source.name} has no MatMul with a weight to quantize; int8 does not apply to this graph")
     excluded = [node.name for node in model.graph.node if node.op_type == "MatMul" and node.name not in chosen]
     common = {"op_types_to_quantize": ["MatMul"], "per_channel": True, "nodes_to_exclude": excluded}
-    with _quiet_quantizer():
+    with quiet_quantizer():
         if method == "dynamic":
             quantize_dynamic(source, destination, weight_type=QuantType.QInt8, **common)
         else:
