@@ -2,9 +2,9 @@
 
 A reduced-precision encoder is calibrated on one set of texts and judged on another.
 Both come from one generator of topic sentences (cooking, databases, football, weather,
-...) in two languages: keyword queries of a few tokens (where int8 errors weigh most,
-as few tokens average them out), sentences, and passages of 100-256 tokens, so the judge
-sees traffic like the served one. The split is made per sentence and keyword before passages are
+...) in two languages: keyword queries of a few tokens (where int8 errors weigh most:
+mean pooling averages them over few tokens), sentences, and passages of 100-256 tokens,
+so the judge sees traffic like the served one. The split is made per sentence and keyword before passages are
 built, so no held-out text, nor any sentence inside a held-out passage, was ever seen
 during calibration. Nothing is downloaded: the texts are generated from the word lists below.
 """
