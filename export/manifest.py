@@ -64,6 +64,8 @@ def stale_reasons(manifest: ExportManifest | None, expected: ExportManifest, rep
     recorded, wanted = {**IMPLICIT_SETTINGS, **manifest.settings}, {**IMPLICIT_SETTINGS, **expected.settings}
     if recorded != wanted:
         changed = sorted(key for key in recorded.keys() | wanted.keys() if recorded.get(key) != wanted.get(key))
+        if "precision" in changed:  # settings that only one precision has follow from it
+            changed = [key for key in changed if key in recorded and key in wanted]
         reasons.append(f"export settings changed ({', '.join(f'{key}: {recorded.get(key)} -> {wanted.get(key)}' for key in changed)})")
     for relative, digest in manifest.artifacts.items():
         path = repository / relative
