@@ -89,3 +89,20 @@ def test_onnx_runtimes_default_dynamic_quantization_is_refused(held_out, fp32_em
     assert report.min_cosine < 0.99
     with pytest.raises(QualityGateError, match="min cosine"):
         enforce(report, QualityThresholds(), "default int8")
+
+
+def test_fp16_keeps_the_served_interface_fp32_and_passes_the_gate(held_out, fp32_embeddings, tmp_path) -> None:
+    """The configs declare INT64 inputs and an FP32 output: fp16 must not change them."""
+    from export.precision import convert_fp16
+
+    fp16 = tmp_path / "fp16.onnx"
+    kept = convert_fp16(ENCODER, fp16)
+    model = onnx.load(str(fp16))
+    assert [item.type.tensor_type.elem_type for item in model.graph.input] == [onnx.TensorProto.INT64] * 2
+    assert [item.type.tensor_type.elem_type for item in model.graph.output] == [onnx.TensorProto.FLOAT]
+    types = {init.name: init.data_type for init in model.graph.initializer}
+    matmul_weights = [types[node.input[1]] for node in model.graph.node if node.op_type == "MatMul" and node.input[1] in types]
+    assert len(matmul_weights) == 36 and set(matmul_weights) == {onnx.TensorProto.FLOAT16}
+    assert "ReduceL2" in {node.op_type for node in model.graph.node if node.name in set(kept)}
+    report = gate_report(fp16, held_out, fp32_embeddings)
+    assert report.min_cosine >= 0.999 and not report.failures(QualityThresholds())
