@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 RUNTIME ?= auto
 # Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
 TARGET ?= onnx
+# Encoder precision: fp32 (the default when empty), fp16 (GPU hosts) or int8 (README "Precision");
+# with TARGET=tensorrt empty means TensorRT's FP16 engine.
+PRECISION ?=
 # Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
 SERVE_ARGS ?=
 EXPORT_ARGS ?=
@@ -30,8 +33,8 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP) ## create .venv and install requirements.txt (the other targets do it when needed)
 
-export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; TARGET=onnx|tensorrt)
-	$(PY) -m export --target $(TARGET) $(EXPORT_ARGS)
+export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
+	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
 serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, SERVE_ARGS=...)
 	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
