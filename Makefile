@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 RUNTIME ?= auto
 # Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
 TARGET ?= onnx
+# Encoder precision: fp32 (the default when empty), fp16 (GPU hosts) or int8 (README "Precision");
+# with TARGET=tensorrt empty means TensorRT's FP16 engine.
+PRECISION ?=
 # Extra arguments, e.g. make serve SERVE_ARGS="--http-port 9000", make test PYTEST_ARGS="-m 'not integration'"
 SERVE_ARGS ?=
 EXPORT_ARGS ?=
@@ -14,17 +17,13 @@ PYTEST_ARGS ?=
 
 .PHONY: help venv export serve test lint format clean
 
-help:
-	@echo "make serve     set up .venv, export the model if needed, run Triton (Ctrl-C stops; RUNTIME=local|docker|auto)"
-	@echo "make test      set up .venv, export the model if needed, run the whole test suite"
-	@echo "make export    export the model to model_repository/ (no-op when up to date)"
-	@echo "make tune      tune the encoder's batching for a p99 SLO (TUNE_ARGS=...)"
-	@echo "make bench     side-by-side benchmark report in reports/bench/"
-	@echo "make loadtest  locust load test with an SLO verdict (see loadtest/README.md)"
-	@echo "make metrics   terminal summary of a running server's metrics"
-	@echo "make stop      stop the Docker stack (RUNTIME=docker)"
-	@echo "make lint      ruff check and format check"
-	@echo "make clean     remove build outputs and exported artifacts (keeps .venv)"
+# `make help` is generated from the `## ` comment after each target (here and in mk/*.mk),
+# so a new target shows up by giving it one; tests/unit/test_make_help.py checks every
+# .PHONY target has one.
+help: ## list every target and the variables that tune them
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_.-]+:.*## / { printf "  make %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@printf '\nvariables (make <target> VAR=value; see the comments in Makefile and mk/*.mk):\n'
+	@awk '/^[A-Z][A-Z0-9_]* \?=/ { printf "%s ", $$1 }' $(MAKEFILE_LIST) | fold -s -w 100 | sed 's/^/  /'; echo
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,26 +31,26 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	@touch $@
 
-venv: $(STAMP)
+venv: $(STAMP) ## create .venv and install requirements.txt (the other targets do it when needed)
 
-export: $(STAMP)
-	$(PY) -m export --target $(TARGET) $(EXPORT_ARGS)
+export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
+	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
-serve: export
+serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, SERVE_ARGS=...)
 	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
 
-test: export ops-deps
+test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff check and format check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-format: $(STAMP)
+format: $(STAMP) ## ruff format and ruff check --fix
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-clean:
+clean: ## remove build outputs, reports and exported artifacts (keeps .venv)
 	rm -rf build reports .pytest_cache
 	rm -f model_repository/encoder/1/model.onnx model_repository/encoder/1/export_manifest.json model_repository/tokenizer/1/tokenizer.json
 

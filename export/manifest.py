@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MANIFEST_NAME = "export_manifest.json"
+# Settings that exports made before they were recorded had implicitly: such an export
+# still counts as up to date for them (an fp32 export is not redone for the new field).
+IMPLICIT_SETTINGS = {"precision": "fp32"}
 
 
 def file_digest(path: Path) -> str:
@@ -38,6 +41,7 @@ class ExportManifest:
     settings: dict
     artifacts: dict[str, str] = field(default_factory=dict)  # path relative to the repository -> sha256
     parity: dict = field(default_factory=dict)
+    quality: dict = field(default_factory=dict)  # the quality gate's figures (reduced precision only)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n")
@@ -57,8 +61,12 @@ def stale_reasons(manifest: ExportManifest | None, expected: ExportManifest, rep
     reasons = []
     if manifest.source_digest != expected.source_digest:
         reasons.append(f"source model changed ({expected.source_model})")
-    if manifest.settings != expected.settings:
-        reasons.append(f"export settings changed ({manifest.settings} -> {expected.settings})")
+    recorded, wanted = {**IMPLICIT_SETTINGS, **manifest.settings}, {**IMPLICIT_SETTINGS, **expected.settings}
+    if recorded != wanted:
+        changed = sorted(key for key in recorded.keys() | wanted.keys() if recorded.get(key) != wanted.get(key))
+        if "precision" in changed:  # settings that only one precision has follow from it
+            changed = [key for key in changed if key in recorded and key in wanted]
+        reasons.append(f"export settings changed ({', '.join(f'{key}: {recorded.get(key)} -> {wanted.get(key)}' for key in changed)})")
     for relative, digest in manifest.artifacts.items():
         path = repository / relative
         if not path.is_file():

@@ -12,6 +12,7 @@ configs. Needs an NVIDIA GPU plus `pip install -r requirements-gpu.txt`
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -19,15 +20,17 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
+from export.errors import ExportError, ParityError
 from tools.model_config import ModelConfig, load_config
 from tools.paths import BUILD_DIR
-from tools.variant import PLAN_NAME, write_variant
+from tools.variant import PLAN_NAME, VariantError, write_variant
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +46,8 @@ PARITY_TEXTS = (
 )
 
 
-class TensorRTUnavailable(RuntimeError):
+class TensorRTUnavailable(ExportError):
     """This host cannot build engines (no GPU, or the GPU packages are missing)."""
-
-
-class ParityError(RuntimeError):
-    """The engine disagrees with ONNX Runtime; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +98,10 @@ def build_engine(onnx_path: Path, profile: EngineProfile, input_names: list[str]
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise RuntimeError(f"TensorRT cannot parse {onnx_path}: {errors}")
+        raise ExportError(f"TensorRT cannot parse {onnx_path}: {errors}")
     network_inputs = {network.get_input(i).name for i in range(network.num_inputs)}
     if network_inputs != set(input_names):
-        raise RuntimeError(f"ONNX inputs {sorted(network_inputs)} differ from the config's {sorted(input_names)}")
+        raise ExportError(f"ONNX inputs {sorted(network_inputs)} differ from the config's {sorted(input_names)}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
     if fp16 and getattr(builder, "platform_has_fast_fp16", True):
@@ -117,7 +116,7 @@ def build_engine(onnx_path: Path, profile: EngineProfile, input_names: list[str]
     config.add_optimization_profile(optimisation)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise RuntimeError("TensorRT failed to build the engine (see the TensorRT log above)")
+        raise ExportError("TensorRT failed to build the engine (see the TensorRT log above)")
     return bytes(serialized)
 
 
@@ -144,7 +143,7 @@ def check_input_types(encoder: ModelConfig, engine_types: dict[str, str]) -> Non
         declared = model_config_pb2.DataType.Name(tensor.data_type)
         actual = _CONFIG_TYPES.get(engine_types.get(tensor.name, ""), engine_types.get(tensor.name, "absent"))
         if actual != declared:
-            raise RuntimeError(f"engine input {tensor.name} is {actual}, the config declares {declared}; use TensorRT >= 10")
+            raise ExportError(f"engine input {tensor.name} is {actual}, the config declares {declared}; use TensorRT >= 10")
 
 
 def parity_batches(tokenizer_json: Path, multiple: int, profile: EngineProfile) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -167,7 +166,8 @@ def parity_batches(tokenizer_json: Path, multiple: int, profile: EngineProfile) 
 
 
 def check_parity(plan: bytes, onnx_path: Path, batches: list[tuple[np.ndarray, np.ndarray]], names: tuple[str, str, str]) -> float:
-    """Smallest cosine between engine and ONNX Runtime rows; raises below MIN_COSINE."""
+    """Smallest cosine between engine and ONNX Runtime rows; raises ParityError below MIN_COSINE
+    (export's exit status 3) and ExportError when the engine cannot run at all."""
     import onnxruntime as ort
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
@@ -175,17 +175,33 @@ def check_parity(plan: bytes, onnx_path: Path, batches: list[tuple[np.ndarray, n
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     input_types = engine_input_types(plan)
     worst = 1.0
-    with TrtRunner(EngineFromBytes(plan)) as runner:
+    with _engine_step("running the engine for the parity check"), TrtRunner(EngineFromBytes(plan)) as runner:
         for ids, mask in batches:
             expected = session.run([output_name], {ids_name: ids, mask_name: mask})[0]
             feed = {ids_name: ids.astype(input_types[ids_name]), mask_name: mask.astype(input_types[mask_name])}
             actual = np.asarray(runner.infer(feed_dict=feed)[output_name], dtype=np.float32)
+            if actual.shape != expected.shape:
+                raise ParityError(f"TensorRT engine returns shape {actual.shape} for batch {ids.shape}, ONNX Runtime {expected.shape}")
             cosine = np.sum(actual * expected, axis=1) / (np.linalg.norm(actual, axis=1) * np.linalg.norm(expected, axis=1))
             worst = min(worst, float(np.min(cosine)))
             log.info("parity batch %s: min cosine %.6f", ids.shape, float(np.min(cosine)))
     if not worst >= MIN_COSINE:  # also catches NaN
         raise ParityError(f"TensorRT engine disagrees with ONNX Runtime: min cosine {worst:.6f} < {MIN_COSINE}")
     return worst
+
+
+@contextlib.contextmanager
+def _engine_step(what: str) -> Iterator[None]:
+    """TensorRT and polygraphy fail with their own exception types (RuntimeError, TypeError,
+    polygraphy's PolygraphyException...): end as one ExportError naming the step, so the
+    command prints a message, not a traceback. Ours (ExportError, ParityError) pass as they are."""
+    try:
+        yield
+    except (ExportError, ParityError):
+        raise
+    except Exception as exc:
+        log.debug("%s failed", what, exc_info=True)
+        raise ExportError(f"{what} failed: {type(exc).__name__}: {exc} (run with -v for the traceback)") from exc
 
 
 def export_tensorrt(repository: Path, encoder_name: str, tokenizer_name: str, out: Path = DEFAULT_OUT, fp16: bool = True) -> Path:
@@ -199,17 +215,23 @@ def export_tensorrt(repository: Path, encoder_name: str, tokenizer_name: str, ou
     tokenizer_json = repository / tokenizer_name / "1" / tokenizer.parameters["tokenizer_file"].string_value
     for path in (onnx_path, tokenizer_json):
         if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing; run `make export` (the ONNX export) first")
+            raise ExportError(f"{path} is missing; run `make export` (the ONNX export) first")
     input_names = [tensor.name for tensor in encoder.input]
     if len(input_names) != 2 or len(encoder.output) != 1:
-        raise ValueError(f"{encoder_name}: expected two inputs (ids, mask) and one output, got {input_names}")
-    profile = profile_from_configs(encoder, tokenizer, tokenizer_json)
+        raise ExportError(f"{encoder_name}: expected two inputs (ids, mask) and one output, got {input_names}")
+    try:
+        profile = profile_from_configs(encoder, tokenizer, tokenizer_json)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
     log.info("profile: batch min/opt/max %s, sequence %s", profile.batch, profile.sequence)
 
     started = time.perf_counter()
-    plan = build_engine(onnx_path, profile, input_names, fp16=fp16)
+    with _engine_step("building the TensorRT engine"):
+        plan = build_engine(onnx_path, profile, input_names, fp16=fp16)
     log.info("engine built in %.0f s (%.1f MB)", time.perf_counter() - started, len(plan) / 1e6)
-    check_input_types(encoder, engine_input_types(plan))
+    with _engine_step("reading the engine's inputs"):
+        engine_types = engine_input_types(plan)
+    check_input_types(encoder, engine_types)
     multiple = profile.sequence[0]
     batches = parity_batches(tokenizer_json, multiple, profile)
     worst = check_parity(plan, onnx_path, batches, (input_names[0], input_names[1], encoder.output[0].name))
@@ -219,6 +241,9 @@ def export_tensorrt(repository: Path, encoder_name: str, tokenizer_name: str, ou
     with tempfile.TemporaryDirectory(dir=out.parent) as scratch:
         plan_path = Path(scratch) / PLAN_NAME
         plan_path.write_bytes(plan)
-        write_variant("tensorrt", out, repository, plans={encoder_name: plan_path})
+        try:
+            write_variant("tensorrt", out, repository, plans={encoder_name: plan_path})
+        except VariantError as exc:
+            raise ExportError(str(exc)) from exc
     log.info("wrote %s and its config (platform tensorrt_plan)", out / encoder_name / "1" / PLAN_NAME)
     return out

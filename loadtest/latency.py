@@ -3,6 +3,12 @@
 Locust's own percentiles mix in failed requests; under overload those are fast
 rejections that make a class look quicker than the requests it actually served. This
 recorder keeps the successful ones apart and writes `<csv prefix>_success_latency.csv`.
+
+Run distributed (`--processes N`, or `--master` with `--worker`s), the requests happen in
+the workers while the master writes the reports. Each worker then hands its new samples
+to the master inside locust's own periodic stats report (`report_to_master` /
+`worker_report`), the message that carries locust's counters, including the final
+report a worker sends when it quits: the master's samples match its stats rows exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +35,17 @@ class SuccessLatency:
 
     def clear(self, **_: object) -> None:
         self.samples.clear()
+
+    def take_report(self) -> list[list]:
+        """A worker's samples since its last report, as plain lists (locust's messages are msgpack), then forgotten."""
+        report = [[request_type, name, values] for (request_type, name), values in self.samples.items()]
+        self.samples.clear()
+        return report
+
+    def merge_report(self, report: list[list]) -> None:
+        """The master's side of `take_report`."""
+        for request_type, name, values in report:
+            self.samples[(request_type, name)].extend(float(value) for value in values)
 
     def rows(self) -> list[dict[str, object]]:
         rows = []

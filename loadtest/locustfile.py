@@ -14,6 +14,7 @@ import grpc.experimental.gevent as grpc_gevent
 grpc_gevent.init_gevent()
 
 from locust import events  # noqa: E402
+from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
 from loadtest.latency import SuccessLatency  # noqa: E402
 from loadtest.options import add_load_options  # noqa: E402
@@ -34,10 +35,20 @@ def _add_options(parser) -> None:
     add_load_options(parser)
 
 
+REPORT_KEY = "success_latency"
+
+
 @events.init.add_listener
 def _on_init(environment, **_) -> None:
     environment.events.request.add_listener(success_latency.record)
     environment.events.reset_stats.add_listener(success_latency.clear)
+    # Distributed: workers pass their samples to the master with locust's stats reports.
+    if isinstance(environment.runner, WorkerRunner):
+        environment.events.report_to_master.add_listener(lambda data, **_: data.__setitem__(REPORT_KEY, success_latency.take_report()))
+    elif isinstance(environment.runner, MasterRunner):
+        environment.events.worker_report.add_listener(lambda data, **_: success_latency.merge_report(data.get(REPORT_KEY, [])))
+    # The workers' final reports reach the master after its test_stop: write again at the very end.
+    environment.events.quit.add_listener(lambda **_: _write(environment))
 
 
 @events.test_start.add_listener
@@ -49,6 +60,11 @@ def _on_test_start(environment, **_) -> None:
 
 @events.test_stop.add_listener
 def _on_test_stop(environment, **_) -> None:
+    _write(environment)
+
+
+def _write(environment) -> None:
+    """Only the process that writes locust's CSV reports writes ours (never a worker)."""
     prefix = getattr(environment.parsed_options, "csv_prefix", None)
-    if prefix:
+    if prefix and not isinstance(environment.runner, WorkerRunner):
         success_latency.write(prefix)

@@ -31,7 +31,7 @@ LOAD_OPTIONS = (
     LoadOption("--shape", "steady", "load shape; --users is its peak, --run-time its length", choices=SHAPES),
     LoadOption("--interactive-weight", 3, "relative share of interactive users", int),
     LoadOption("--bulk-weight", 1, "relative share of bulk users", int),
-    LoadOption("--interactive-timeout-ms", 200, "server-side queue timeout of interactive requests (0 = none)", int),
+    LoadOption("--interactive-timeout-ms", 0, "queue timeout of interactive requests; lowers the model's (0 = the model's)", int),
     LoadOption("--bulk-texts", 4, "texts per bulk request", int),
     LoadOption("--repeat-share", 0.2, "share of requests repeated verbatim (response cache hits)", float),
     LoadOption("--wait-ms", 100.0, "mean think time per user, exponentially distributed (0 = closed loop)", float),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from loadtest.options import add_load_options, locust_arguments
 from loadtest.server_stats import Snapshot, format_deltas
 from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
+from tools.interrupts import raise_interrupted
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports, port_in_use
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
@@ -104,14 +106,32 @@ def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> li
 
 
 def run_locust(command: list[str]) -> int:
+    """Run locust to its end. Ctrl-C (SIGINT) is passed on, so locust ends its run and
+    still writes its reports; any other way out (SIGTERM, an error) ends locust at once."""
     log.info("running %s", " ".join(command))
-    process = subprocess.Popen(command, cwd=REPO_ROOT)
-    # Ctrl-C reaches locust (same process group) and ends its run; we wait and report.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Its own session: a terminal's Ctrl-C reaches it once, through us, and its workers
+    # (--processes) go with it as one group.
+    process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        log.warning("%s: ending the locust run; the verdict follows", signal.Signals(signum).name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, forward), signal.SIGTERM: signal.signal(signal.SIGTERM, raise_interrupted)}
     try:
         return process.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 def run(argv: list[str] | None = None) -> int:

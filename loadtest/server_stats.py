@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tools.loadgen.report import format_ms
 from tools.stats import ModelStats
 
 MODELS = ("embed", "tokenizer", "encoder")
@@ -30,8 +31,8 @@ def format_deltas(deltas: dict[str, ModelStats]) -> str:
     )
     for model, stats in deltas.items():
         lines.append(
-            f"  {model:10} {stats.requests:8d} {stats.failures:6d} {stats.executions:6d} {stats.average_batch_size:9.2f}"
-            f" {stats.average_queue_ms:9.1f} {stats.average_compute_ms:10.1f} {stats.cache_hits:9d}"
+            f"  {model:10} {stats.requests:8d} {stats.failures:6d} {stats.executions:6d} {format_ms(stats.average_batch_size, '.2f'):>9}"
+            f" {format_ms(stats.average_queue_ms):>9} {format_ms(stats.average_compute_ms):>10} {stats.cache_hits:9d}"
         )
     for model, stats in deltas.items():
         if stats.batch_executions:

@@ -122,8 +122,8 @@ class GrpcMixin:
 
 
 class InteractiveUser(TritonUser):
-    """Short queries at the highest priority with a tight queue timeout: overload rejects
-    them quickly (REJECT policy) instead of letting them wait behind bulk work."""
+    """Short queries at the highest priority: overload rejects them quickly (the level-1 queue
+    timeout, REJECT policy, or a lower --interactive-timeout-ms) instead of letting them wait."""
 
     abstract = True
     traffic = "interactive"

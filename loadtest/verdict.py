@@ -3,7 +3,9 @@
 `python -m loadtest.verdict <csv prefix> [SLO options]` judges any run written with
 `locust --csv <prefix>`; `python -m loadtest.run` calls the same code after its run.
 Latency percentiles come from the successful requests (`<prefix>_success_latency.csv`,
-written by our locustfile); without that file, locust's own percentiles are used.
+written by our locustfile, also when locust runs distributed); without that file,
+locust's own percentiles are used. A row without successful requests has no latency
+(None, shown as "-"), and one without requests no failure ratio: an SLO on them fails.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ class RowResult:
     problems: list[str] = field(default_factory=list)
 
     @property
-    def failure_ratio(self) -> float:
-        return self.failures / self.requests if self.requests else 0.0
+    def failure_ratio(self) -> float | None:
+        """None for a row without requests: no samples, no value (never 0.0)."""
+        return self.failures / self.requests if self.requests else None
 
     @property
     def rejections(self) -> int:
@@ -140,6 +143,9 @@ def evaluate(csv_prefix: str | Path, slos: dict[str, ClassSLO]) -> Verdict:
 def judge(row: RowResult, slo: ClassSLO | None) -> None:
     if slo is None:
         return
+    if row.failure_ratio is None:
+        row.problems.append("no requests")
+        return
     if row.failure_ratio > slo.max_failure_ratio:
         row.problems.append(f"failure ratio {row.failure_ratio:.2%} > {slo.max_failure_ratio:.2%}")
     for label, measured, target in (("p95", row.p95_ms, slo.p95_ms), ("p99", row.p99_ms, slo.p99_ms)):
@@ -161,7 +167,8 @@ def format_verdict(verdict: Verdict, slos: dict[str, ClassSLO]) -> str:
         result = "no SLO" if slo is None else ("PASS" if not row.problems else "FAIL: " + "; ".join(row.problems))
         p95 = "-" if row.p95_ms is None else f"{row.p95_ms:.0f}"
         p99 = "-" if row.p99_ms is None else f"{row.p99_ms:.0f}"
-        counts = f"{row.requests:8d} {row.failure_ratio:7.2%} {row.rejections:8d}"
+        ratio = "-" if row.failure_ratio is None else f"{row.failure_ratio:.2%}"
+        counts = f"{row.requests:8d} {ratio:>7} {row.rejections:8d}"
         lines.append(f"  {row.request_type:5} {row.name:24} {counts} {p95:>8} {p99:>8}  {result}{target}")
         if row.failure_kinds:
             kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(row.failure_kinds.items()))

@@ -7,8 +7,8 @@ POLICY ?= ragged
 
 .PHONY: bench-lengths length-policy
 
-bench-lengths: export
+bench-lengths: export ## padding policies batch, buckets and ragged side by side on mixed-length traffic, reports/bench-lengths/
 	$(PY) -m tools.bench.lengths $(BENCH_LENGTHS_ARGS)
 
-length-policy: export
+length-policy: export ## write build/lengths/<policy>: the repository with another padding policy (POLICY=batch|buckets|ragged)
 	$(PY) -m tools.length_policy --policy $(POLICY)

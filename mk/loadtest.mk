@@ -6,8 +6,8 @@ LOADTEST_ARGS ?=
 
 .PHONY: loadtest loadtest-ui
 
-loadtest: export
+loadtest: export ## locust load test with an SLO verdict (LOADTEST_ARGS; loadtest/README.md)
 	$(PY) -m loadtest.run $(LOADTEST_ARGS)
 
-loadtest-ui: export
+loadtest-ui: export ## the same with locust's web UI on http://127.0.0.1:8089
 	$(PY) -m loadtest.run --ui $(LOADTEST_ARGS)

@@ -10,11 +10,11 @@ LOADGEN_ARGS ?=
 
 .PHONY: tune bench loadgen
 
-tune: export
+tune: export ## tune the encoder's batching for p99 <= TUNE_P99_MS (TUNE_ARGS="--apply" writes it back)
 	$(PY) -m tools.tune --model encoder --p99-ms $(TUNE_P99_MS) $(TUNE_ARGS)
 
-bench: export
+bench: export ## side-by-side benchmark report in reports/bench/ (BENCH_ARGS)
 	$(PY) -m tools.bench $(BENCH_ARGS)
 
-loadgen: export
+loadgen: export ## drive load and print throughput and latency (LOADGEN_ARGS="--concurrency 1,16")
 	$(PY) -m tools.loadgen $(LOADGEN_ARGS)

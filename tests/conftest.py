@@ -51,3 +51,23 @@ def client(request, triton):
     embedding_client = EmbeddingClient(request.param, url)
     yield embedding_client
     embedding_client.close()
+
+
+def start_gateway(triton_grpc_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None):
+    """The OpenAI-compatible gateway as a real server process on a free port (gateway.process)."""
+    from gateway.process import GatewayProcess
+
+    (port,) = free_ports(1)
+    return GatewayProcess(triton_grpc_url, port=port, extra_args=args, log_path=log_path, env=env).start()
+
+
+@pytest.fixture(scope="session")
+def gateway(triton, tmp_path_factory: pytest.TempPathFactory):
+    """One gateway in front of the session's Triton, ready (its /health says so) before use."""
+    process = start_gateway(triton.grpc_url, tmp_path_factory.mktemp("gateway") / "gateway.log")
+    try:
+        if not process.wait_ready(60):
+            pytest.fail(f"the gateway never reported Triton ready{process.log_tail()}")
+        yield process
+    finally:
+        process.stop()

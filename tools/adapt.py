@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
-from tools.adaptive.live import LiveController, server_config
+from tools.adaptive.live import LiveController, model_control_problem, server_config
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -87,6 +87,12 @@ def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> fl
 
 def run_controller(args: argparse.Namespace) -> int:
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        problem = model_control_problem(endpoints.http_url, endpoints.headers)
+        if problem and not args.dry_run:
+            log.error("%s", problem)
+            return 2
+        if problem:
+            log.warning("dry run: %s", problem)
         base = server_config(endpoints.grpc_url, args.model)
         if not base.HasField("dynamic_batching"):
             log.error("%s has no dynamic_batching section; there is no delay to adapt", args.model)
@@ -111,20 +117,32 @@ def run_controller(args: argparse.Namespace) -> int:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            write_decisions(args.decisions_json, live)
-        failed = [r for r in live.reloads if not r.ok]
-        changes = [d for d in live.decisions if d.changed]
-        print(f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); "
-              f"delay now {live.controller.delay_us} us", flush=True)  # fmt: skip
-        return 1 if failed else 0
+            write_decisions(args.decisions_json, live, delay)
+        print(summary_line(live, delay), flush=True)
+        return 1 if any(not r.ok for r in live.reloads) else 0
 
 
-def write_decisions(path: Path | None, live: LiveController) -> None:
+def summary_line(live: LiveController, start_delay_us: int) -> str:
+    """What happened to the server's delay; a dry run changed nothing, so it says so."""
+    changes = [d for d in live.decisions if d.changed]
+    failed = [r for r in live.reloads if not r.ok]
+    if live.dry_run:
+        would = f"; the law would have ended at {live.controller.delay_us} us" if changes else ""
+        return (f"dry run: {len(live.decisions)} windows, {len(changes)} change(s) proposed, none applied; "
+                f"delay unchanged at {start_delay_us} us{would}")  # fmt: skip
+    return (f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); "
+            f"delay now {live.controller.delay_us} us")  # fmt: skip
+
+
+def write_decisions(path: Path | None, live: LiveController, start_delay_us: int) -> None:
+    """`final_delay_us` is the server's delay at the end (a dry run leaves it where it was);
+    `law_final_delay_us` is where the law ended, applied or not."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    final = start_delay_us if live.dry_run else live.controller.delay_us
     document = {"decisions": [d.to_dict() for d in live.decisions], "reloads": [r.to_dict() for r in live.reloads],
-                "final_delay_us": live.controller.delay_us, "dry_run": live.dry_run}  # fmt: skip
+                "final_delay_us": final, "law_final_delay_us": live.controller.delay_us, "dry_run": live.dry_run}  # fmt: skip
     path.write_text(json.dumps(document, indent=1))
 
 

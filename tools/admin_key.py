@@ -1,10 +1,18 @@
 """The key that guards Triton's model-control (repository) API.
 
 With model control enabled, anyone who can reach the server could otherwise load,
-unload or reconfigure models. Triton restricts chosen API groups to requests that
-carry a header with an expected value (`--http-restricted-api` and
-`--grpc-restricted-protocol`); this module makes that key (fresh per start, kept in
-a file only its owner can read) and the matching flags and client headers.
+unload or reconfigure models (NVIDIA's secure deployment guide: a path to arbitrary code
+execution). Triton restricts chosen API groups to requests that carry a header with an
+expected value (`--http-restricted-api` and `--grpc-restricted-protocol`); this module
+makes that key (kept in a file only its owner can read) and the matching flags and
+client headers, for every runtime:
+
+- local: `tools.local_triton` adds `restricted_api_flags(key)` to its command line;
+- Docker and Kubernetes: this file is also the image's entrypoint
+  (`python3 admin_key.py exec tritonserver ...`, see docker/Dockerfile). It reads the key
+  from $TRITON_ADMIN_KEY (compose passes it from the caller's environment, Kubernetes
+  from a Secret), appends the same flags, and refuses to start Triton with model control
+  but no key. It therefore imports nothing outside the standard library.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # gRPC metadata keys must be lower case; HTTP headers are case-insensitive.
@@ -85,3 +95,67 @@ def key_from_args(args: argparse.Namespace) -> str | None:
     if getattr(args, "admin_key_file", None):
         return read_key_file(args.admin_key_file)
     return getattr(args, "admin_key", None) or os.environ.get(ENV_VARIABLE) or None
+
+
+def model_control_requested(server_args: Sequence[str]) -> bool:
+    """True when a tritonserver command line enables model control (explicit or poll)."""
+    for index, arg in enumerate(server_args):
+        if arg.startswith("--model-control-mode="):
+            mode = arg.split("=", 1)[1]
+        elif arg == "--model-control-mode" and index + 1 < len(server_args):
+            mode = server_args[index + 1]
+        else:
+            continue
+        if mode != "none":
+            return True
+    return False
+
+
+def server_command(command: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The container's tritonserver command: with a key in $TRITON_ADMIN_KEY, the
+    restricted-API flags appended; with model control but no key, an AdminKeyError."""
+    key = environ.get(ENV_VARIABLE, "").strip()
+    if not key:
+        if model_control_requested(command[1:]):
+            raise AdminKeyError(
+                f"model control is enabled but ${ENV_VARIABLE} is empty: refusing to start Triton with an open "
+                "model-repository API (compose: export it, or let `make serve RUNTIME=docker` do it; "
+                "Kubernetes: create the Secret triton-admin-key, see docker/README.md)"
+            )
+        return list(command)
+    return [*command, *restricted_api_flags(key)]
+
+
+def exec_server(command: Sequence[str]) -> None:
+    """Replace this process with Triton (so it is PID 1 and gets the container's signals)."""
+    full = server_command(command, os.environ)
+    environment = {name: value for name, value in os.environ.items() if name != ENV_VARIABLE}
+    groups = ",".join(RESTRICTED_APIS)
+    state = f"{groups} need header {HEADER!r}" if len(full) > len(command) else "no model control, nothing restricted"
+    print(f"admin_key: starting {command[0]} ({state})", file=sys.stderr, flush=True)
+    os.execvpe(full[0], full, environment)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="admin_key.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", required=True)
+    new = actions.add_parser("new", help="write a fresh key to FILE (mode 0600) and print the path")
+    new.add_argument("file", type=Path)
+    run = actions.add_parser("exec", help=f"run COMMAND with the restricted-API flags for ${ENV_VARIABLE} appended")
+    run.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "new":
+            print(write_key_file(args.file, generate_key()))
+            return 0
+        if not args.command:
+            parser.error("exec needs a command, e.g. `exec tritonserver --model-repository=/models`")
+        exec_server(args.command)
+    except (AdminKeyError, OSError) as exc:
+        print(f"admin_key: {exc}", file=sys.stderr)
+        return 2
+    return 0  # not reached: exec_server replaces the process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,8 +27,10 @@ from pathlib import Path
 
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
+from tools.interrupts import server_stopped, server_stopping, watch_server
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.repository_check import missing_artifacts
+from tools.triton_console import start_forwarding
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +199,6 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
         str(installation.binary),
         f"--model-repository={options.model_repository}",
         f"--backend-directory={backends}",
-        f"--cache-directory={installation.caches}",
-        f"--cache-config=local,size={options.cache_size_bytes}",
         f"--http-address={options.host}",
         f"--http-port={options.http_port}",
         f"--grpc-address={options.host}",
@@ -211,6 +211,8 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
         f"--log-verbose={options.log_verbose}",
         "--strict-readiness=true",
     ]
+    if options.cache_size_bytes > 0:  # 0: no response cache (Triton refuses a local cache of size 0)
+        command += [f"--cache-directory={installation.caches}", f"--cache-config=local,size={options.cache_size_bytes}"]
     command += [f"--load-model={name}" for name in options.load_models]
     if admin_key:
         command += restricted_api_flags(admin_key)
@@ -254,20 +256,31 @@ class LocalTriton:
             log.info("model-control API restricted; its key is in %s (header %r)", self.admin_key_file, ADMIN_HEADER)
         command = build_command(self.options, installation, backends, self.admin_key)
         log.info("starting %s", " ".join(redact(command, self.admin_key)))
-        output = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - owned by the process
-        self.process = subprocess.Popen(
-            command,
-            env=server_environment(installation),
-            stdout=output,
-            stderr=subprocess.STDOUT if output else None,
-            start_new_session=True,  # signals reach Triton only through stop(), in order
-        )
+        # A log file gets everything; the console gets it through a filter for the CUDA noise
+        # of GPU-less hosts (tools/triton_console.py), unless debug logging asks for all.
+        output = open(self.log_path, "wb") if self.log_path else subprocess.PIPE  # noqa: SIM115 - owned by the process
         self._backends = backends
         try:
+            self.process = subprocess.Popen(
+                command,
+                env=server_environment(installation),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # signals reach Triton only through stop(), in order
+            )
+            if self.log_path:
+                output.close()  # the child holds its own descriptor
+            if self.process.stdout is not None:
+                sink = getattr(sys.stderr, "buffer", None) or os.fdopen(2, "wb", closefd=False)
+                self._console = start_forwarding(self.process.stdout, sink, not log.isEnabledFor(logging.DEBUG))
+            # From here SIGINT/SIGTERM/SIGHUP unwind the command through stop() (tools/interrupts.py).
+            watch_server(self.process.pid)
             self.wait_ready(ready_timeout_s)
         except BaseException:
             self.stop()
             raise
+        o = self.options
+        log.info("tritonserver (pid %d) ready on ports %d/%d/%d", self.process.pid, o.http_port, o.grpc_port, o.metrics_port)
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -324,6 +337,7 @@ class LocalTriton:
         process = self.process
         if process is None:
             return None
+        server_stopping(process.pid)  # a second signal now kills the group instead of interrupting this
         for sig, grace in ((signal.SIGINT, self.options.exit_timeout_s + 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
             if process.poll() is not None:
                 break
@@ -339,10 +353,16 @@ class LocalTriton:
             os.killpg(process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        console = getattr(self, "_console", None)
+        if console is not None:
+            console.join(timeout=5)  # Triton's last lines before ours
+            self._console = None
         shutil.rmtree(getattr(self, "_backends", ""), ignore_errors=True)
         if self.admin_key_file:
             self.admin_key_file.unlink(missing_ok=True)
         self.process = None
+        server_stopped(process.pid)
+        log.info("tritonserver (pid %d) stopped (status %s)", process.pid, process.returncode)
         return process.returncode
 
     @property

@@ -5,11 +5,20 @@ the response cache) and its statistics API (the executed batch-size histogram, w
 the metrics do not carry). Without `--interval` the figures are cumulative since each
 model loaded; with `--interval N` two snapshots N seconds apart are subtracted, so they
 describe only the traffic of that window (the same figures as the recording rules).
+
+Warm-up is not traffic. Triton 2.51 counts a model's `model_warmup` runs in its
+statistics and metrics as successful requests (measured on a fresh server: the encoder's
+two samples of 1 and 8 rows on 2 instances read as 18 requests in 4 executions, 20 s of
+"request time"). Since load, the counts here leave the warm-up out, computed from the
+config the server runs (samples x iterations x instances); Triton keeps no separate
+warm-up times, so a model's times since load include its warm-up (the table says so
+when it matters) and `--interval N`, which starts after it, is the way to time traffic.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import sys
@@ -17,9 +26,12 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from google.protobuf import json_format
 
 from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.model_config import ModelConfig
 from tools.stats import ModelStats
 
 log = logging.getLogger("metrics")
@@ -70,10 +82,46 @@ def metrics_by_model(text: str) -> dict[str, ModelMetrics]:
 
 
 @dataclass(frozen=True)
+class WarmUp:
+    """What a model's warm-up adds to its counters at every load: each `model_warmup`
+    sample runs max(1, count) times on every instance, one execution of `batch_size` rows
+    that Triton 2.51 records as `batch_size` successful requests."""
+
+    requests: int = 0
+    executions: int = 0
+    batches: dict[int, int] = field(default_factory=dict)  # batch size -> executions
+
+
+def instance_count(config: ModelConfig) -> int:
+    """Instances Triton creates: `count` per group (default 1), per listed GPU for KIND_GPU."""
+    total = 0
+    for group in config.instance_group:
+        per_device = group.count or 1
+        total += per_device * max(1, len(group.gpus)) if group.kind == group.KIND_GPU else per_device
+    return total or 1
+
+
+def warmup_of(config: ModelConfig) -> WarmUp:
+    instances = instance_count(config)
+    batches: dict[int, int] = {}
+    for sample in config.model_warmup:
+        size = max(1, sample.batch_size)
+        batches[size] = batches.get(size, 0) + instances * max(1, sample.count)
+    return WarmUp(sum(size * n for size, n in batches.items()), sum(batches.values()), batches)
+
+
+def fetch_warmup(http_url: str, model: str) -> WarmUp:
+    """The warm-up of the config the server runs now (not the committed file: a tuner may have reloaded it)."""
+    document = json.loads(fetch_text(f"http://{http_url}/v2/models/{model}/config"))
+    return warmup_of(json_format.ParseDict(document, ModelConfig(), ignore_unknown_fields=True))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     at: float
     metrics: dict[str, ModelMetrics]
     stats: dict[str, ModelStats]
+    warmups: dict[str, WarmUp] = field(default_factory=dict)
 
 
 def fetch_text(url: str) -> str:
@@ -84,7 +132,33 @@ def fetch_text(url: str) -> str:
 def take_snapshot(http_url: str, metrics_url: str) -> Snapshot:
     metrics = metrics_by_model(fetch_text(metrics_url))
     stats = {model: ModelStats.fetch(http_url, model) for model in sorted(metrics)}
-    return Snapshot(time.monotonic(), metrics, stats)
+    warmups = {model: fetch_warmup(http_url, model) for model in sorted(metrics)}
+    return Snapshot(time.monotonic(), metrics, stats, warmups)
+
+
+def without_warmup(metrics: ModelMetrics, stats: ModelStats, warmup: WarmUp) -> tuple[ModelMetrics, ModelStats, int]:
+    """Counters since load less the warm-up's runs (never below what the server reports);
+    the durations stay, Triton keeps no warm-up times apart. Also returns the requests removed."""
+    batches = {size: min(n, stats.batch_executions.get(size, 0)) for size, n in warmup.batches.items()}
+    requests = sum(size * n for size, n in batches.items())
+    executions = sum(batches.values())
+    if not executions:
+        return metrics, stats, 0
+    counts = ModelMetrics()
+    counts.values.update(metrics.values)
+    counts.failures.update(metrics.failures)
+    for name, removed in (("nv_inference_request_success", requests), ("nv_inference_count", requests),
+                          ("nv_inference_exec_count", executions)):  # fmt: skip
+        counts.values[name] = max(0.0, counts.values.get(name, 0.0) - removed)
+    histogram = {size: n - batches.get(size, 0) for size, n in stats.batch_executions.items()}
+    traffic = replace(
+        stats,
+        requests=max(0, stats.requests - requests),
+        inferences=max(0, stats.inferences - requests),
+        executions=max(0, stats.executions - executions),
+        batch_executions={size: n for size, n in histogram.items() if n > 0},
+    )
+    return counts, traffic, requests
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -96,10 +170,13 @@ def summary_rows(later: Snapshot, earlier: Snapshot | None = None) -> list[dict[
     rows = []
     seconds = later.at - earlier.at if earlier else None
     for model in sorted(later.metrics):
-        metrics = later.metrics[model] - earlier.metrics[model] if earlier and model in earlier.metrics else later.metrics[model]
-        stats = later.stats[model] - earlier.stats[model] if earlier and model in earlier.stats else later.stats[model]
+        if earlier and model in earlier.metrics:
+            metrics, stats, warm = later.metrics[model] - earlier.metrics[model], later.stats[model] - earlier.stats[model], 0
+        else:  # since load: the warm-up ran first and is not traffic
+            metrics, stats, warm = without_warmup(later.metrics[model], later.stats[model], later.warmups.get(model, WarmUp()))
         v = metrics.values
         success = v.get("nv_inference_request_success", 0.0)
+        timed = success if success else None  # no traffic: no time (never 0.0); with warm-up runs their time stays in
         failed = sum(metrics.failures.values())
         compute = sum(v.get(f"nv_inference_compute_{part}_duration_us", 0.0) for part in ("input", "infer", "output"))
         hits, misses = v.get("nv_cache_num_hits_per_model", 0.0), v.get("nv_cache_num_misses_per_model", 0.0)
@@ -112,15 +189,21 @@ def summary_rows(later: Snapshot, earlier: Snapshot | None = None) -> list[dict[
                 "failed": int(failed),
                 "rejected": int(metrics.failures.get("REJECTED", 0.0)),
                 "avg batch": _ratio(v.get("nv_inference_count", 0.0), v.get("nv_inference_exec_count", 0.0)),
-                "queue ms": _ratio(v.get("nv_inference_queue_duration_us", 0.0), success * 1000),
-                "compute ms": _ratio(compute, success * 1000),
-                "total ms": _ratio(v.get("nv_inference_request_duration_us", 0.0), success * 1000),
+                "queue ms": _per_request_ms(v.get("nv_inference_queue_duration_us", 0.0), timed, warm),
+                "compute ms": _per_request_ms(compute, timed, warm),
+                "total ms": _per_request_ms(v.get("nv_inference_request_duration_us", 0.0), timed, warm),
                 "cache hit": _ratio(hits, hits + misses) if "nv_cache_num_hits_per_model" in v else None,
                 "pending": int(later.metrics[model].values.get("nv_inference_pending_request_count", 0.0)),
                 "batches (size x n)": " ".join(f"{size}x{count}" for size, count in top) or "-",
+                "warm-up": warm,
             }
         )
     return rows
+
+
+def _per_request_ms(total_us: float, requests: float | None, warmup_requests: int) -> float | None:
+    """Mean per request; the warm-up's requests still count where its time still does."""
+    return None if requests is None else total_us / ((requests + warmup_requests) * 1000)
 
 
 def format_table(rows: list[dict[str, object]]) -> str:
@@ -165,6 +248,10 @@ def run(argv: list[str] | None = None) -> int:
         return 1
     print(f"{title}; times are per request, ms")
     print(format_table(rows))
+    warmed = [str(row["model"]) for row in rows if row["warm-up"]]
+    if warmed:
+        log.info("the warm-up of %s (column warm-up: its requests) is left out of the counts; Triton keeps no warm-up times "
+                 "apart, so the times of a model with traffic include it (--interval N excludes it)", ", ".join(warmed))  # fmt: skip
     return 0
 
 

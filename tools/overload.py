@@ -1,9 +1,10 @@
 """`python -m tools.overload`: what an overload looks like with bounded, per-level queues.
 
-Starts a local Triton on a copy of the repository whose encoder queues hold
-`--queue` requests per priority level, drives an open-loop rate well above capacity
-with a priority mix, and reports per level: accepted/rejected counts and the latency
-of accepted requests. Every request sent is reconciled with the server's statistics.
+Starts a local Triton on a copy of the repository whose tokenizer and encoder queues
+hold `--queue` requests per priority level, measures its capacity (closed loop), drives
+an open-loop rate several times above it with a priority mix, and reports per level
+over the whole run: accepted/rejected counts and the latency of accepted requests.
+Every request sent is reconciled with the server's statistics.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tools.loadgen import Measurement, Traffic, embed_target, run_load
-from tools.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.loadgen.measure import measure_capacity
+from tools.loadgen.report import format_ms
+from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
 from tools.policy_repository import copy_repository, set_queue_policy
@@ -33,6 +37,9 @@ def bounded_repository(destination: Path, queue: int, level2_timeout_us: int = 0
 
     def bound(config) -> None:
         set_queue_policy(config, None, queue, default_timeout_us=level2_timeout_us, allow_override=True)
+        # every level explicitly: a committed per-level policy would otherwise override the default one
+        for level in range(2, config.dynamic_batching.priority_levels + 1):
+            set_queue_policy(config, level, queue, default_timeout_us=level2_timeout_us, allow_override=True)
         set_queue_policy(config, 1, queue, default_timeout_us=0, allow_override=False)
 
     return copy_repository(destination, {"tokenizer": bound, "encoder": bound})
@@ -44,17 +51,24 @@ def start_policy_server(repository: Path, log_path: Path) -> LocalTriton:
     return LocalTriton(options, log_path=log_path).start()
 
 
+OVERLOAD_FACTOR = 4.0  # offered load over measured capacity: far beyond what batching can absorb on a CPU
+MIX = {1: 0.2, 2: 0.8}
+CAPACITY_CLIENTS = 8  # closed-loop clients measuring capacity: every instance busy, within the queue bound
+
+
 @dataclass
 class LevelRow:
+    """One priority level over the whole run. Latencies are of successful requests: None when none succeeded."""
+
     level: int
     sent: int
     ok: int
     rejected: int
     timeout: int
     other_errors: int
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
 
 
 @dataclass
@@ -67,70 +81,132 @@ class OverloadResult:
     server_success: int  # embed's success count over the run
     server_failures: int  # embed's failure count: Triton 2.51 counts a rejected ensemble request twice
     reconciled: bool
+    capacity_rps: float | None = None  # measured closed-loop capacity the rate was derived from (None: --rate given)
+
+    def describe(self) -> str:
+        counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(self.outcomes.items()))
+        check = "agree" if self.reconciled else "do NOT agree"
+        return (f"{self.sent} sent in {self.seconds:g} s at {self.rate:g} req/s: {counts}; the server's statistics "
+                f"({self.server_success} ok, {self.server_failures} failures) {check}")  # fmt: skip
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def overload_rate(server: LocalTriton, factor: float = OVERLOAD_FACTOR) -> tuple[float, float]:
+    """An offered rate `factor` times the capacity measured on this server now, and that capacity."""
+    options = server.options
+    capacity = measure_capacity(embed_target(), options.grpc_url, "grpc", options.http_url, concurrency=CAPACITY_CLIENTS)
+    return round(factor * capacity, 1), capacity
 
 
 def run_overload(server: LocalTriton, rate: float, seconds: float, mix: dict[int, float], seed: int = 0) -> OverloadResult:
-    """One open-loop overload; latencies cover the whole run after a 1 s warm-up."""
+    """One open-loop overload. Counts and latencies cover every request of the run: no
+    warm-up is discarded, since an overload is about what happens to each request."""
     options = server.options
-    models = ("embed",)
-    before = {model: ModelStats.settled(options.http_url, model) for model in models}
+    before = ModelStats.settled(options.http_url, "embed")
     traffic = Traffic(rate=rate, priority_mix=mix, seed=seed)
-    windows = max(1, round((seconds - 1.0) / 1.0))
-    measurement = Measurement(warmup_s=1.0, window_s=1.0, stable_windows=windows, max_windows=windows, server_models=())
+    windows = max(1, round(seconds))
+    measurement = Measurement(warmup_s=0.0, window_s=seconds / windows, stable_windows=windows, max_windows=windows)
     result = run_load(embed_target(seed=seed), traffic, measurement, options.grpc_url, "grpc", options.http_url)
-    delta = {model: ModelStats.settled(options.http_url, model) - before[model] for model in models}
+    delta = ModelStats.settled(options.http_url, "embed") - before
     levels = []
-    for level, cls in sorted(result.per_priority.items()):
+    for level, cls in sorted(result.run_per_priority.items()):
         outcomes = cls.outcomes
         errors = sum(v for k, v in outcomes.items() if k not in ("ok", "rejected", "timeout"))
         counts = (outcomes.get("ok", 0), outcomes.get("rejected", 0), outcomes.get("timeout", 0), errors)
-        latency = (round(cls.latency.p50_ms, 1), round(cls.latency.p99_ms, 1), round(cls.latency.max_ms, 1))
+        latency = (_rounded(cls.latency.p50_ms), _rounded(cls.latency.p99_ms), _rounded(cls.latency.max_ms))
         levels.append(LevelRow(level, cls.sent, *counts, *latency))
     ok = result.run_outcomes.get("ok", 0)
-    # Each request has exactly one outcome on the client, the server's successes match
-    # the client's, and the server saw every failure (a rejection inside a step is not
-    # in the step's own statistics, and the ensemble counts it twice).
+    # Each request has exactly one outcome on the client, the levels add up to the totals,
+    # the server's successes match the client's, and the server saw every failure (a
+    # rejection inside a step is not in the step's own statistics, and the ensemble counts it twice).
     failed = result.run_sent - ok
-    answered = sum(result.run_outcomes.values()) == result.run_sent
-    reconciled = answered and delta["embed"].requests == ok and delta["embed"].failures == 2 * failed
-    outcomes = dict(result.run_outcomes)
-    return OverloadResult(rate, seconds, result.run_sent, outcomes, levels, delta["embed"].requests, delta["embed"].failures, reconciled)
+    answered = sum(result.run_outcomes.values()) == result.run_sent == sum(row.sent for row in levels)
+    reconciled = answered and delta.requests == ok and delta.failures == 2 * failed
+    return OverloadResult(rate, seconds, result.run_sent, dict(result.run_outcomes), levels, delta.requests, delta.failures, reconciled)
 
 
 def markdown_table(results: list[OverloadResult]) -> str:
+    """One table, every figure over the whole run; then per run the totals the levels add up
+    to and whether the server's own statistics agree."""
     lines = [
         "| run | offered (req/s) | level | sent | ok | rejected | timeout | other errors | p50 ok (ms) | p99 ok (ms) | max ok (ms) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, result in enumerate(results, start=1):
         for row in result.levels:
+            latency = " | ".join(format_ms(value) for value in (row.p50_ms, row.p99_ms, row.max_ms))
             lines.append(f"| {number} | {result.rate:g} | {row.level} | {row.sent} | {row.ok} | {row.rejected} | {row.timeout} | "
-                         f"{row.other_errors} | {row.p50_ms} | {row.p99_ms} | {row.max_ms} |")  # fmt: skip
+                         f"{row.other_errors} | {latency} |")  # fmt: skip
+    lines.append("")
+    capacity = results[0].capacity_rps if results else None
+    if capacity is not None:
+        lines.append(f"- offered rate: {results[0].rate:g} req/s = {results[0].rate / capacity:.1f} x the capacity measured first "
+                     f"({capacity:.1f} req/s, closed loop of {CAPACITY_CLIENTS} clients)")  # fmt: skip
+    lines += [f"- run {number}: {result.describe()}" for number, result in enumerate(results, start=1)]
     return "\n".join(lines)
 
 
-def run(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.overload", description=__doc__)
-    parser.add_argument("--rate", type=float, default=400.0, help="offered load, req/s (well above capacity)")
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--queue", type=int, default=16, help="encoder max_queue_size per priority level")
+    parser.add_argument("--rate", type=float, default=None,
+                        help=f"offered load, req/s (default: {OVERLOAD_FACTOR:g} x the capacity measured first)")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=8.0, help="per run (default %(default)s)")
+    parser.add_argument("--queue", type=int, default=16, help="tokenizer and encoder max_queue_size per priority level")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "reliability" / "overload")
     add_verbosity_flags(parser)
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse out-of-range options before the server starts (ValueError names the option)."""
+    if args.rate is not None and not 0 < args.rate < math.inf:
+        raise ValueError(f"--rate must be a number above 0 req/s, got {args.rate:g}")
+    if not 1 <= args.seconds < math.inf:
+        raise ValueError(f"--seconds must be at least 1, got {args.seconds:g}")
+    if args.queue < 1:
+        raise ValueError(f"--queue must be at least 1, got {args.queue}")
+    if args.runs < 1:
+        raise ValueError(f"--runs must be at least 1, got {args.runs}")
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_arguments(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     configure_logging(args)
     repository = bounded_repository(BUILD_DIR / "overload-repository", args.queue)
     args.output.mkdir(parents=True, exist_ok=True)
     results = []
-    with start_policy_server(repository, args.output / "triton.log") as server:
-        for number in range(args.runs):
-            results.append(run_overload(server, args.rate, args.seconds, {1: 0.2, 2: 0.8}, seed=number))
-            log.info("run %d: %s", number + 1, results[-1].outcomes)
+    try:
+        with start_policy_server(repository, args.output / "triton.log") as server:
+            rate, capacity = args.rate, None
+            if rate is None:
+                log.info("measuring capacity (closed loop, %d clients)", CAPACITY_CLIENTS)
+                rate, capacity = overload_rate(server)
+                log.info("capacity %.1f req/s: offering %g req/s (%g x)", capacity, rate, OVERLOAD_FACTOR)
+            for number in range(args.runs):
+                result = run_overload(server, rate, args.seconds, MIX, seed=number)
+                result.capacity_rps = capacity
+                results.append(result)
+                log.info("run %d/%d: %s", number + 1, args.runs, result.describe())
+    except (TritonStartError, RuntimeError) as exc:
+        log.error("%s", exc)
+        return 1
     (args.output / "overload.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     table = markdown_table(results)
     (args.output / "overload.md").write_text(table + "\n")
     print(table)
-    return 0 if all(r.reconciled for r in results) else 1
+    if not all(r.reconciled for r in results):
+        log.error("the client's counts and the server's statistics disagree in some run (see above)")
+        return 1
+    return 0
 
 
 def main() -> None:

@@ -1,9 +1,13 @@
 """`python -m tools.serve`: run Triton on the model repository in the foreground until Ctrl-C.
 
-The local runtime (the tritonserver binary from the nvidia-pytriton wheel) runs in the
-foreground; `--runtime docker` is the production path on GPU hosts (docker/compose.yaml,
-started detached, stopped by `make stop`). The default, `auto`, takes Docker when a
-Docker engine answers and the local runtime otherwise, and logs which.
+Two runtimes, both in the foreground: local (the tritonserver binary from the
+nvidia-pytriton wheel, CPU) and docker (docker/compose.yaml: NGC Triton on a GPU, plus
+Prometheus and Grafana), the production path. The default, `auto`, takes Docker only
+when Docker can give a container an NVIDIA GPU (an engine answers, it has the NVIDIA
+runtime, nvidia-smi lists a GPU) and the local runtime otherwise, and logs which and why.
+A flag the chosen runtime cannot honour is refused, never dropped. Beside Triton runs the
+OpenAI-compatible gateway (gateway/, port 8080; docker/compose.gateway.yaml in Docker;
+`--no-gateway` skips it).
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
-from tools.docker_runtime import DockerUnavailable, engine_problem, serve_docker
+from tools.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
 from tools.health_watch import HealthWatch, reload_model
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -26,6 +32,19 @@ from tools.paths import MODEL_REPOSITORY
 from tools.variant import VariantError
 
 log = logging.getLogger("serve")
+
+HEALTH_INTERVAL_S = 2.0
+# Flags only one runtime can honour (dest -> how the user wrote it). Docker runs Triton
+# with explicit model control, compose's health check and restart policy, and the gateway
+# with the options of docker/compose.gateway.yaml (--no-gateway and --gateway-port work on
+# both runtimes); the local runtime serves the committed repository, not a GPU variant.
+LOCAL_ONLY = {
+    "model_control_mode": "--model-control-mode",
+    "health_watch": "--health-watch/--no-health-watch",
+    "health_interval": "--health-interval",
+    "gateway_args": "--gateway-args",
+}
+DOCKER_ONLY = {"gpu_variant": "--gpu-variant"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,13 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime",
         choices=("auto", "local", "docker"),
         default="auto",
-        help="where Triton runs; auto: Docker when a Docker engine answers, otherwise local (default: %(default)s)",
+        help="where Triton runs; auto: Docker when Docker can use an NVIDIA GPU here, otherwise local (default: %(default)s)",
     )
     parser.add_argument(
         "--gpu-variant",
         choices=("gpu", "tensorrt"),
-        default="gpu",
-        help="docker runtime: the generated repository to serve (tensorrt needs `make export TARGET=tensorrt` first)",
+        default=None,
+        help="docker runtime only: the generated repository to serve (default gpu; tensorrt needs `make export TARGET=tensorrt` first)",
     )
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
     parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the server)")
@@ -51,34 +70,79 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model-control-mode",
         choices=("none", "explicit", "poll"),
-        default=defaults.model_control_mode,
-        help="'explicit' lets tools reload models with new batching settings",
+        default=None,
+        help=f"'explicit' lets tools reload models with new batching settings (local default: {defaults.model_control_mode}; "
+        "the docker runtime always runs explicit)",
     )
-    parser.add_argument("--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size")
+    parser.add_argument(
+        "--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size (0: no cache)"
+    )
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
     parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
     parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
     parser.add_argument(
         "--health-watch",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="local runtime: bring back a model whose backend stub died (reload in explicit mode, else restart Triton)",
+        default=None,
+        help="local runtime only: bring back a model whose backend stub died (reload in explicit mode, else restart Triton; default on)",
     )
-    parser.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks")
+    parser.add_argument(
+        "--health-interval",
+        type=float,
+        default=None,
+        help=f"local runtime only: seconds between health checks (default {HEALTH_INTERVAL_S})",
+    )
     add_admin_key_arguments(parser)
+    add_serve_arguments(parser)
     add_verbosity_flags(parser)
     return parser
 
 
-def options_from_args(args: argparse.Namespace) -> ServerOptions:
-    explicit = args.model_control_mode == "explicit"
+def choose_runtime(requested: str, check: Callable[[], DockerCheck] = check_docker_gpu) -> tuple[str, str]:
+    """(runtime, why). `auto` asks `check` whether Docker can run the GPU stack here;
+    `docker` asked for explicitly on a host where it cannot raises DockerUnavailable."""
+    if requested == "local":
+        return "local", "asked for"
+    result = check()
+    if requested == "docker":
+        if not result.usable:
+            raise DockerUnavailable(
+                f"the Docker runtime needs a Docker engine that can give a container an NVIDIA GPU: {result.reason}; use --runtime local"
+            )
+        return "docker", "asked for"
+    return ("docker" if result.usable else "local"), result.reason
+
+
+def refused_flags(args: argparse.Namespace, runtime: str) -> str | None:
+    """Why the given flags cannot run on `runtime`, or None. Only flags the user gave count
+    (their defaults are None); `--model-control-mode explicit` is what Docker runs anyway."""
+    if runtime == "docker":
+        given = [flag for dest, flag in LOCAL_ONLY.items() if getattr(args, dest) is not None]
+        if args.model_control_mode == "explicit":
+            given.remove(LOCAL_ONLY["model_control_mode"])
+        reason = (
+            "Docker runs Triton with explicit model control, compose's health check and restart policy, "
+            "and the gateway as docker/compose.gateway.yaml configures it"
+        )
+    else:
+        given = [flag for dest, flag in DOCKER_ONLY.items() if getattr(args, dest) is not None]
+        reason = "it chooses among the generated GPU repositories, which only the docker runtime serves"
+    if not given:
+        return None
+    pronoun = "it" if len(given) == 1 else "them"
+    return f"the {runtime} runtime cannot honour {', '.join(given)} ({reason}); drop {pronoun} or choose the other runtime"
+
+
+def options_from_args(args: argparse.Namespace, runtime: str = "local") -> ServerOptions:
+    mode = "explicit" if runtime == "docker" else args.model_control_mode or ServerOptions().model_control_mode
+    explicit = mode == "explicit"
     return ServerOptions(
         model_repository=args.model_repository.resolve(),
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        model_control_mode=args.model_control_mode,
+        model_control_mode=mode,
         load_models=("*",) if explicit else (),
         cache_size_bytes=args.cache_size_mb * 1024 * 1024,
         exit_timeout_s=args.exit_timeout,
@@ -101,17 +165,16 @@ def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event
     return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
 
 
-def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0) -> int:
+def serve_local(
+    options: ServerOptions, ready_timeout_s: float, watch_interval_s: float | None = 2.0, gateway: GatewayProcess | None = None
+) -> int:
     """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
-    With a watch interval, a dead backend stub is recovered (see tools.health_watch)."""
+    With a watch interval, a dead backend stub is recovered (see tools.health_watch).
+    With a gateway, it starts once Triton is ready and stops first (gateway.process)."""
     server = LocalTriton(options, log_path=None)
     restart = threading.Event()
     watch: HealthWatch | None = None
 
-    def request_stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, request_stop)
     try:
         server.start(ready_timeout_s)
         log.info("Triton is ready (Ctrl-C to stop):")
@@ -119,12 +182,18 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
             log.info("  %s", line)
         if server.admin_key_file:
             log.info("  model control: send header %r with the key in %s", ADMIN_HEADER, server.admin_key_file)
+        if gateway:
+            gateway.start()
+            for line in describe(gateway):
+                log.info("  %s", line)
         while True:
             if watch_interval_s and watch is None:
                 watch = start_watch(server, watch_interval_s, restart)
             if server.process.poll() is not None:
                 log.error("tritonserver exited on its own with status %s", server.process.returncode)
                 return server.process.returncode or 1
+            if gateway:
+                gateway.restart_if_exited()
             if restart.wait(0.5):
                 watch.stop()
                 watch = None
@@ -135,6 +204,8 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     except KeyboardInterrupt:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         if server.process is None:  # the signal came during start-up; start() already stopped it
             log.info("Triton stopped during start-up")
             return 0
@@ -147,31 +218,49 @@ def serve_local(options: ServerOptions, ready_timeout_s: float, watch_interval_s
     finally:
         if watch:
             watch.stop()
+        if gateway:
+            gateway.stop()
         server.stop()
+
+
+def request_stop(signum: int, _frame: object) -> None:
+    """SIGTERM stops either runtime the way Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    runtime = args.runtime
-    if runtime == "auto":
-        problem = engine_problem()
-        runtime = "local" if problem else "docker"
-        log.info("runtime: %s (%s)", runtime, f"{problem}" if problem else "a Docker engine answers")
-    if runtime == "docker":
-        try:
-            return serve_docker(options_from_args(args), args.ready_timeout, kind=args.gpu_variant)
-        except DockerUnavailable as exc:
-            log.error("%s", exc)
-            return 2
-        except (VariantError, subprocess.CalledProcessError) as exc:
-            log.error("%s", exc)
-            return 1
     try:
-        return serve_local(options_from_args(args), args.ready_timeout, args.health_interval if args.health_watch else None)
-    except (TritonStartError, AdminKeyError) as exc:
+        runtime, why = choose_runtime(args.runtime)
+    except DockerUnavailable as exc:
+        log.error("%s", exc)
+        return 2
+    if args.runtime == "auto":
+        log.info("runtime: %s (%s)", runtime, why)
+    refused = refused_flags(args, runtime)
+    if refused:
+        log.error("%s", refused)
+        return 2
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        if runtime == "docker":
+            gateway_port = args.gateway_port if args.gateway else None
+            return serve_docker(
+                options_from_args(args, "docker"), args.ready_timeout, kind=args.gpu_variant or "gpu", gateway_port=gateway_port
+            )
+        interval = None if args.health_watch is False else args.health_interval or HEALTH_INTERVAL_S
+        gateway = gateway_from_args(args, args.host, args.grpc_port)  # its port is checked before Triton starts
+        return serve_local(options_from_args(args), args.ready_timeout, interval, gateway)
+    except DockerUnavailable as exc:
+        log.error("%s", exc)
+        return 2
+    except (TritonStartError, AdminKeyError, GatewayStartError, VariantError, subprocess.CalledProcessError) as exc:
         log.error("%s", exc)
         return 1
+    except KeyboardInterrupt:
+        log.info("stopped before the server started")
+        return 0
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import json
 import logging
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tools.health_watch import stub_processes
+from tools.loadgen.report import LatencySummary, format_ms
 from tools.local_triton import LocalTriton, ServerOptions, free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
@@ -57,10 +59,15 @@ def memory(server_pid: int) -> dict[str, float]:
 @dataclass
 class Window:
     t_s: float
-    good_p50_ms: float
-    good_p99_ms: float
+    good_p50_ms: float | None  # None: no good request completed in the window
+    good_p99_ms: float | None
     completed: int
     memory_mb: dict[str, float]
+
+    def progress(self, sent: int, answered: int) -> str:
+        memory = ", ".join(f"{name} {mb:.0f} MB" for name, mb in self.memory_mb.items())
+        return (f"{self.t_s:6.0f} s: {sent} sent, {answered} answered; good requests in the window: {self.completed}, "
+                f"p50 {format_ms(self.good_p50_ms)} ms, p99 {format_ms(self.good_p99_ms)} ms; memory {memory}")  # fmt: skip
 
 
 @dataclass
@@ -84,14 +91,30 @@ class SoakReport:
         return self.sent == self.answered and not self.unexpected
 
     def summary(self) -> str:
-        growth = {k: round(self.memory_end_mb.get(k, 0.0) - v, 1) for k, v in self.memory_start_mb.items()}
-        errors = sum(v.get("error", 0) for v in self.outcomes.values())
-        return (
-            f"soak {self.duration_s:.0f} s at {self.rate:g} req/s: {self.sent} sent, {self.answered} answered, "
-            f"{errors} errors (all from bad requests: {not self.unexpected}), memory growth MB {growth}, "
-            f"good p50 {self.latency_first_window['p50_ms']:.1f} -> {self.latency_last_window['p50_ms']:.1f} ms, "
-            f"p99 {self.latency_first_window['p99_ms']:.1f} -> {self.latency_last_window['p99_ms']:.1f} ms"
+        """The readable report (also soak.md)."""
+        first, last = self.latency_first_window, self.latency_last_window
+        outcomes = ", ".join(f"{kind} {counts['ok']} ok / {counts['error']} failed" for kind, counts in self.outcomes.items())
+        unexpected = ", ".join(f"{kind} {count}" for kind, count in self.unexpected.items()) or "none"
+        memory = ", ".join(
+            f"{name} {start:.1f} -> {format_ms(self.memory_end_mb.get(name))}"
+            + (f" ({self.memory_end_mb[name] - start:+.1f})" if name in self.memory_end_mb else " (gone)")
+            for name, start in self.memory_start_mb.items()
         )
+        server = ", ".join(
+            f"{model} {d['success']} ok / {d['failures']} failed, {d['cache_hits']} cache hits" for model, d in self.server.items()
+        )
+        lines = [
+            f"soak {self.duration_s:.0f} s at {self.rate:g} req/s: {self.sent} sent, {self.answered} answered: "
+            + ("PASSED" if self.passed else "FAILED"),
+            f"  outcomes: {outcomes} (good and repeat should succeed, bad_* fail)",
+            f"  unexpected outcomes: {unexpected}",
+            *[f"    e.g. {example}" for example in self.unexpected_examples],
+            f"  good-request latency, first -> last window: p50 {format_ms(first['p50_ms'])} -> {format_ms(last['p50_ms'])} ms, "
+            f"p99 {format_ms(first['p99_ms'])} -> {format_ms(last['p99_ms'])} ms",
+            f"  resident memory MB, start -> end: {memory}",
+            f"  server statistics: {server}",
+        ]
+        return "\n".join(lines)
 
 
 class _Soak:
@@ -106,6 +129,7 @@ class _Soak:
         kinds = list(MIX)
         self.schedule = rng.choice(kinds, size=int(rate * duration_s) + 1, p=[MIX[k][0] for k in kinds])
         self.counter = itertools.count()
+        self.sent = 0
         self.records: list[tuple[str, float, float, bool, str]] = []  # kind, sent, done, ok, message
         self.windows: list[Window] = []
 
@@ -145,9 +169,12 @@ class _Soak:
         self.records.append((kind, started, time.perf_counter(), ok, message))
 
     def window(self, t0: float, start: float, end: float) -> Window:
-        latencies = [1000 * (done - sent) for kind, sent, done, ok, _ in self.records if kind == "good" and ok and start <= done < end]
-        p50, p99 = np.percentile(latencies, [50, 99]) if latencies else (0.0, 0.0)
-        return Window(round(end - t0, 1), round(float(p50), 2), round(float(p99), 2), len(latencies), memory(self.server_pid))
+        latencies = [done - sent for kind, sent, done, ok, _ in self.records if kind == "good" and ok and start <= done < end]
+        summary = LatencySummary.of(np.asarray(latencies))
+        p50, p99 = (None if v is None else round(v, 2) for v in (summary.p50_ms, summary.p99_ms))
+        window = Window(round(end - t0, 1), p50, p99, summary.count, memory(self.server_pid))
+        log.info("%s", window.progress(self.sent, len(self.records)))
+        return window
 
     async def run(self) -> tuple[list, list[Window]]:
         self.client = self.module.InferenceServerClient(self.grpc_url)
@@ -155,13 +182,14 @@ class _Soak:
         t0 = time.perf_counter()
         next_window = t0 + self.window_s
         window_start = t0
-        self.windows.append(Window(0.0, 0.0, 0.0, 0, memory(self.server_pid)))
+        self.windows.append(Window(0.0, None, None, 0, memory(self.server_pid)))
         for index, kind in enumerate(self.schedule):
             due = t0 + index / self.rate
             if due - t0 >= self.duration_s:
                 break
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             task = asyncio.create_task(self.send(str(kind)))
+            self.sent += 1
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             if time.perf_counter() >= next_window:
@@ -217,31 +245,49 @@ def write_report(report: SoakReport, directory: Path) -> Path:
     return directory / "soak.json"
 
 
-def run(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=20.0, help="req/s, well below capacity (default %(default)s)")
-    parser.add_argument("--window", type=float, default=30.0, help="seconds per latency/memory sample")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds per latency/memory sample and progress line")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "soak")
     parser.add_argument("--cache-mb", type=int, default=64,
                         help="response cache size (default %(default)s, as `make serve`); a small one fills within minutes, "
                         "which shows whether memory levels off once it is full")  # fmt: skip
     add_verbosity_flags(parser)
+    return parser
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse out-of-range options before the server starts (ValueError names the option)."""
+    for option, value in (("--minutes", args.minutes), ("--rate", args.rate), ("--window", args.window)):
+        if not 0 < value < math.inf:
+            raise ValueError(f"{option} must be a number above 0, got {value:g}")
+    if args.cache_mb < 1:
+        raise ValueError(f"--cache-mb must be at least 1 (the response cache is part of what a soak watches), got {args.cache_mb}")
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_arguments(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     configure_logging(args)
     http, grpc, metrics = free_ports(3)
     args.output.mkdir(parents=True, exist_ok=True)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10,
                             cache_size_bytes=args.cache_mb * 1024 * 1024)  # fmt: skip
     with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
-        log.info("soaking for %.1f min at %g req/s", args.minutes, args.rate)
+        log.info("soaking for %g min at %g req/s; a progress line every %g s", args.minutes, args.rate, args.window)
         report = run_soak(server, args.rate, args.minutes * 60.0, args.window)
     path = write_report(report, args.output)
     print(report.summary())
     print(f"report: {path}")
     if not report.passed:
-        log.error("unexpected outcomes: %s (e.g. %s); answered %d of %d", report.unexpected, report.unexpected_examples,
-                  report.answered, report.sent)  # fmt: skip
+        log.error("soak failed: %d request(s) got an unexpected outcome, %d of %d answered (details above)",
+                  sum(report.unexpected.values()), report.answered, report.sent)  # fmt: skip
         return 1
     return 0
 

@@ -87,15 +87,15 @@ class ModelStats:
         )
 
     @property
-    def average_batch_size(self) -> float:
-        """Rows per execution: 1.0 means the dynamic batcher joined nothing."""
-        return self.inferences / self.executions if self.executions else 0.0
+    def average_batch_size(self) -> float | None:
+        """Rows per execution: 1.0 means the dynamic batcher joined nothing; None: nothing ran."""
+        return self.inferences / self.executions if self.executions else None
 
     @property
-    def average_queue_ms(self) -> float:
-        return self.queue_ns / self.requests / 1e6 if self.requests else 0.0
+    def average_queue_ms(self) -> float | None:
+        return self.queue_ns / self.requests / 1e6 if self.requests else None
 
     @property
-    def average_compute_ms(self) -> float:
-        """Per request: each request of a batch is charged the batch's compute time."""
-        return self.compute_ns / self.requests / 1e6 if self.requests else 0.0
+    def average_compute_ms(self) -> float | None:
+        """Per request: each request of a batch is charged the batch's compute time; None: no request."""
+        return self.compute_ns / self.requests / 1e6 if self.requests else None

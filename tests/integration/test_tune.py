@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from tools.model_config import batching_problems, load_config
-from tools.paths import REPO_ROOT
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.tuning.space import core_budget
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,10 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert winner.dynamic_batching.max_queue_delay_microseconds == summary["winner"]["candidate"]["delay_us"]
     assert batching_problems(winner) == []
-    assert winner.instance_group[0].count == 1
+    instances = summary["winner"]["candidate"]["instances"]  # 1, or 2 if the committed baseline won
+    assert [group.count for group in winner.instance_group] == [instances]
+    threads = max(1, core_budget(load_config(MODEL_REPOSITORY / "encoder")) // instances)
+    assert winner.parameters["intra_op_thread_count"].string_value == str(threads), "the committed cores, shared out"
     with_queues = summary["winner"]["candidate"]["priority_queues"]
     assert (winner.dynamic_batching.priority_levels == 2) == with_queues
     assert winner.dynamic_batching.HasField("default_queue_policy") == with_queues

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.verdict import ClassSLO, classify_failure, evaluate, run
+from loadtest.latency import SuccessLatency
+from loadtest.verdict import ClassSLO, classify_failure, evaluate, format_verdict, run
 
 STATS_HEADER = "Type,Name,Request Count,Failure Count,Median Response Time,95%,99%"
 
@@ -86,3 +87,43 @@ def test_cli_exit_status_follows_the_verdict(tmp_path: Path, capsys: pytest.Capt
 )
 def test_classifies_triton_failure_messages(message: str, kind: str) -> None:
     assert classify_failure(message) == kind
+
+
+def test_a_class_without_successful_requests_has_no_latency_and_fails_its_slo(tmp_path: Path) -> None:
+    prefix = write_reports(
+        tmp_path,
+        ["grpc,embed/interactive,40,40,3,5,6", "grpc,embed/bulk,10,0,300,900,1500"],
+        failures=["grpc,embed/interactive,Exceeds maximum queue size,40"],
+        success=["grpc,embed/bulk,10,300,900,1500,1600"],
+    )
+    verdict = evaluate(prefix, SLOS)
+    interactive = verdict.rows[0]
+    assert (interactive.p95_ms, interactive.p99_ms) == (None, None), "no samples: no value, never 0.0"
+    assert "p95: no successful requests" in interactive.problems
+    line = next(line for line in format_verdict(verdict, SLOS).splitlines() if "embed/interactive" in line)
+    assert line.split()[5:7] == ["-", "-"]
+
+
+def test_a_row_without_requests_has_no_failure_ratio(tmp_path: Path) -> None:
+    verdict = evaluate(write_reports(tmp_path, ["grpc,embed/interactive,0,0,0,0,0", "grpc,embed/bulk,10,0,300,900,1500"]), SLOS)
+    empty = verdict.rows[0]
+    assert empty.failure_ratio is None and empty.problems == ["no requests"]
+    assert not verdict.passed
+    line = next(line for line in format_verdict(verdict, SLOS).splitlines() if "embed/interactive" in line)
+    assert line.split()[3] == "-"
+
+
+def test_worker_reports_merged_on_the_master_equal_one_process_recording() -> None:
+    samples = [("grpc", "embed/interactive", float(ms)) for ms in range(1, 41)] + [("http", "embed/bulk", 500.0 + ms) for ms in range(9)]
+    alone, master = SuccessLatency(), SuccessLatency()
+    workers = [SuccessLatency(), SuccessLatency()]
+    for index, (request_type, name, ms) in enumerate(samples):
+        alone.record(request_type, name, ms)
+        workers[index % 2].record(request_type, name, ms)
+        if index % 7 == 0:  # periodic reports, as locust sends them every few seconds
+            master.merge_report(workers[index % 2].take_report())
+    workers[1].record("grpc", "embed/interactive", 99.0, exception=RuntimeError("rejected"))  # failures stay out
+    for worker in workers:  # the final report of each worker
+        master.merge_report(worker.take_report())
+    assert master.rows() == alone.rows()
+    assert all(not worker.samples for worker in workers)

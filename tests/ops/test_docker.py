@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import re
 from pathlib import Path
@@ -10,12 +12,15 @@ import pytest
 import yaml
 
 from tests.ops.conftest import DOCKER_DIR, run, system_tool, venv_tool
+from tools.admin_key import AdminKeyError, restricted_api_flags, server_command
+from tools.local_triton import ServerOptions
 from tools.model_config import load_config
 from tools.paths import REPO_ROOT
 from tools.repository_check import missing_artifacts
 from tools.variant import DEFAULT_OUT, write_variant
 
 COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
+TEST_KEY = "compose-test-key"
 
 
 def test_dockerfile_passes_hadolint() -> None:
@@ -44,7 +49,7 @@ def resolved_compose(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tool = system_tool("docker-compose", "docker-compose")
     repository = tmp_path_factory.mktemp("compose") / "gpu_repository"
     write_variant("gpu", repository)
-    env = dict(os.environ, TRITON_MODEL_REPOSITORY=str(repository))
+    env = dict(os.environ, TRITON_MODEL_REPOSITORY=str(repository), TRITON_ADMIN_KEY=TEST_KEY)
     quiet = run([tool, "-f", str(COMPOSE_FILE), "config", "-q"], env=env)
     assert quiet.returncode == 0, quiet.stderr
     result = run([tool, "-f", str(COMPOSE_FILE), "config"], env=env)
@@ -59,7 +64,7 @@ def test_compose_reserves_a_gpu_and_mounts_the_models_read_only(resolved_compose
     models = [v for v in triton["volumes"] if v["target"] == "/models"]
     assert models and models[0]["read_only"] is True
     assert sorted(int(str(p).split(":")[-1].split("/")[0]) for p in triton["ports"]) == [8000, 8001, 8002]
-    assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
+    assert "/v2/models/embed/ready" in " ".join(triton["healthcheck"]["test"])
     assert {"prometheus", "grafana"} <= set(resolved_compose["services"])
 
 
@@ -92,3 +97,61 @@ def test_grafana_provisioning_points_at_the_dashboard_folder_and_datasource() ->
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (targets["/var/lib/grafana/dashboards"] / Path(home).name).is_file()
+
+
+def dockerfile_instruction(name: str) -> list[str]:
+    lines = (DOCKER_DIR / "Dockerfile").read_text().splitlines()
+    return [line.split(None, 1)[1] for line in lines if line.startswith(f"{name} ")]
+
+
+def test_the_image_entrypoint_is_the_projects_admin_key_launcher() -> None:
+    """One definition of the restricted-API flags: the image runs tools/admin_key.py, which
+    appends what the local runtime appends (restricted_api_flags), then execs tritonserver."""
+    (entrypoint,) = dockerfile_instruction("ENTRYPOINT")
+    assert json.loads(entrypoint) == ["python3", "/opt/triton-embed/admin_key.py", "exec", "tritonserver"]
+    assert "tools/admin_key.py /opt/triton-embed/admin_key.py" in dockerfile_instruction("COPY")
+
+
+def test_the_build_context_sends_exactly_what_the_dockerfile_copies() -> None:
+    """Compose builds from the repository root; .dockerignore there keeps weights, venv and build/ out."""
+    build = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["triton"]["build"]
+    assert (DOCKER_DIR / build["context"]).resolve() == REPO_ROOT and build["dockerfile"] == "docker/Dockerfile"
+    patterns = [line for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert patterns[0] == "*"
+    allowed = {pattern[1:] for pattern in patterns[1:] if pattern.startswith("!")}
+    sources = {copy.split()[0] for copy in dockerfile_instruction("COPY")}
+    assert sources == allowed and all((REPO_ROOT / source).is_file() for source in sources)
+    assert not any(fnmatch.fnmatch("model_repository/encoder/1/model.onnx", pattern) for pattern in allowed)
+
+
+def test_compose_restricts_model_control_with_the_key_from_the_environment(resolved_compose: dict) -> None:
+    triton = resolved_compose["services"]["triton"]
+    assert "entrypoint" not in triton, "overriding the entrypoint would drop the restriction"
+    assert "--model-control-mode=explicit" in triton["command"]
+    assert triton["environment"]["TRITON_ADMIN_KEY"] == TEST_KEY, "passed through from the caller's environment"
+    command = ["tritonserver", *triton["command"]]
+    assert server_command(command, triton["environment"])[-2:] == restricted_api_flags(TEST_KEY)
+    with pytest.raises(AdminKeyError, match="empty"):
+        server_command(command, {})
+
+
+def test_compose_file_holds_no_key_and_no_second_copy_of_the_flags() -> None:
+    text = COMPOSE_FILE.read_text()
+    assert "--http-restricted-api" not in text and "--grpc-restricted-protocol" not in text
+    triton = yaml.safe_load(text)["services"]["triton"]
+    assert triton["environment"] == ["TRITON_ADMIN_KEY"], "a name to pass through, never a value"
+
+
+def test_compose_defaults_are_the_local_runtimes_and_summary_latencies_are_on() -> None:
+    """The flags `make serve` honours for Docker default to what the local runtime uses."""
+    command = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["triton"]["command"]
+    defaults = dict(re.findall(r"\$\{(TRITON_\w+):-([^}]*)\}", " ".join(command)))
+    options = ServerOptions()
+    assert defaults == {
+        "TRITON_EXIT_TIMEOUT_S": str(options.exit_timeout_s),
+        "TRITON_CACHE_BYTES": str(options.cache_size_bytes),
+        "TRITON_LOG_VERBOSE": str(options.log_verbose),
+    }
+    grace = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["triton"]["stop_grace_period"]
+    assert grace == f"${{TRITON_STOP_GRACE_PERIOD:-{options.exit_timeout_s + 10}s}}"
+    assert "--metrics-config=summary_latencies=true" in command

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -11,6 +12,7 @@ from tools.embed import EmbeddingClient
 from tools.local_triton import ServerOptions, free_ports
 from tools.metrics_summary import metrics_by_model, parse_metrics, summary_rows, take_snapshot
 from tools.paths import REPO_ROOT
+from tools.stats import ModelStats
 
 
 def test_parser_reads_labels_and_failure_reasons() -> None:
@@ -36,13 +38,22 @@ def test_unreachable_server_fails_non_zero_with_a_hint() -> None:
     assert result.returncode == 1 and "make serve" in result.stderr
 
 
+def settled_snapshot(triton: ServerOptions):
+    """A snapshot once every model's counters stopped moving: Triton may record a request
+    after its response reached the client, so an earlier read can miss it (or count the
+    previous test's last request in this window)."""
+    for model in ("embed", "tokenizer", "encoder"):
+        ModelStats.settled(triton.http_url, model)
+    return take_snapshot(triton.http_url, triton.metrics_url)
+
+
 @pytest.mark.integration
 def test_window_figures_count_exactly_the_requests_sent(triton: ServerOptions) -> None:
     client = EmbeddingClient("http", triton.http_url)
-    before = take_snapshot(triton.http_url, triton.metrics_url)
+    before = settled_snapshot(triton)
     for index in range(6):
-        client.embed(["a repeated request"] if index % 2 else [f"metrics summary text {index}", "another"])
-    rows = {row["model"]: row for row in summary_rows(take_snapshot(triton.http_url, triton.metrics_url), before)}
+        client.embed(["a repeated request"] if index % 2 else [f"metrics summary text {index} {time.time_ns()}", "another"])
+    rows = {row["model"]: row for row in summary_rows(settled_snapshot(triton), before)}
     client.close()
     assert rows["embed"]["requests"] == 6 and rows["embed"]["failed"] == 0
     assert rows["tokenizer"]["avg batch"] >= 1.0

@@ -49,6 +49,14 @@ def test_tensorrt_variant_switches_the_platform_and_keeps_batching() -> None:
     assert variant_config(committed, "tensorrt") is not committed and committed.platform == "onnxruntime_onnx"
 
 
+def test_onnx_runtime_thread_counts_stay_explicit_on_the_gpu_and_leave_with_tensorrt() -> None:
+    committed = load_config(MODEL_REPOSITORY / "encoder")
+    threads = committed.parameters["intra_op_thread_count"].string_value
+    assert threads.isdigit() and int(threads) >= 1, "explicit: unset, the native backend gives every instance all cores"
+    assert variant_config(committed, "gpu").parameters["intra_op_thread_count"].string_value == threads
+    assert "intra_op_thread_count" not in variant_config(committed, "tensorrt").parameters
+
+
 def test_tensorrt_variant_without_an_engine_says_how_to_build_one(tmp_path) -> None:
     with pytest.raises(VariantError, match="make export TARGET=tensorrt"):
         write_variant("tensorrt", tmp_path / "trt")

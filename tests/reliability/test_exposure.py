@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tools.admin_key import AdminKeyError, read_key_file, restricted_api_flags, write_key_file
+from tools.admin_key import AdminKeyError, model_control_requested, read_key_file, restricted_api_flags, server_command, write_key_file
 from tools.local_triton import ServerOptions, TritonInstallation, TritonStartError, build_command
 from tools.model_config import load_config
-from tools.paths import MODEL_REPOSITORY
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
 from tools.tuning.reload import ReloadError, load_with_config
 
@@ -34,6 +37,70 @@ def test_model_control_without_a_key_is_never_started() -> None:
     command = build_command(options, TritonInstallation.find(), options.work_dir, admin_key="k")
     assert set(restricted_api_flags("k")) <= set(command)
     assert "--http-restricted-api=model-repository,trace,logging:triton-admin-key=k" in command
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--model-control-mode=explicit"], True),
+        (["--model-control-mode", "poll"], True),
+        (["--model-control-mode=none"], False),
+        (["--model-repository=/models"], False),
+    ],
+)
+def test_model_control_is_recognised_in_both_flag_spellings(args: list[str], expected: bool) -> None:
+    assert model_control_requested(args) is expected
+
+
+def test_the_container_command_gets_the_same_flags_as_the_local_runtime() -> None:
+    command = ["tritonserver", "--model-repository=/models", "--model-control-mode=explicit"]
+    assert server_command(command, {"TRITON_ADMIN_KEY": "k\n"}) == [*command, *restricted_api_flags("k")]
+    with pytest.raises(AdminKeyError, match="TRITON_ADMIN_KEY is empty"):
+        server_command(command, {"TRITON_ADMIN_KEY": " "})
+    assert server_command(command[:2], {}) == command[:2], "no model control: nothing to restrict"
+
+
+FAKE_TRITONSERVER = """#!/bin/sh
+# Stands in for tritonserver: prints the arguments it got and whether the key leaked into its environment.
+for arg in "$@"; do echo "ARG $arg"; done
+echo "KEY_IN_ENV ${TRITON_ADMIN_KEY:-no}"
+"""
+
+
+def run_entrypoint(tmp_path: Path, env_key: str | None, *server_args: str) -> subprocess.CompletedProcess:
+    """tools/admin_key.py as the image runs it: a lone script (`python3 admin_key.py exec ...`);
+    -I keeps the repository (and the script's folder) off sys.path, as in the image."""
+    fake = tmp_path / "tritonserver"
+    fake.write_text(FAKE_TRITONSERVER)
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_ADMIN_KEY"}
+    env["PATH"] = f"{tmp_path}{os.pathsep}{env['PATH']}"
+    if env_key is not None:
+        env["TRITON_ADMIN_KEY"] = env_key
+    script = REPO_ROOT / "tools" / "admin_key.py"
+    command = [sys.executable, "-I", str(script), "exec", "tritonserver", *server_args]
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_image_entrypoint_restricts_model_control_with_the_key_from_the_environment(tmp_path) -> None:
+    result = run_entrypoint(tmp_path, "s3cret", "--model-repository=/models", "--model-control-mode=explicit")
+    assert result.returncode == 0, result.stderr
+    args = [line.removeprefix("ARG ") for line in result.stdout.splitlines() if line.startswith("ARG ")]
+    assert args == ["--model-repository=/models", "--model-control-mode=explicit", *restricted_api_flags("s3cret")]
+    assert "KEY_IN_ENV no" in result.stdout, "the key must not reach Triton's (and its stubs') environment"
+    assert "s3cret" not in result.stderr, "the entrypoint must not log the key"
+
+
+def test_the_image_entrypoint_refuses_model_control_without_a_key(tmp_path) -> None:
+    result = run_entrypoint(tmp_path, None, "--model-repository=/models", "--model-control-mode=explicit")
+    assert result.returncode == 2
+    assert "TRITON_ADMIN_KEY is empty" in result.stderr and "ARG" not in result.stdout
+
+
+def test_the_image_entrypoint_passes_a_server_without_model_control_through(tmp_path) -> None:
+    result = run_entrypoint(tmp_path, None, "--model-repository=/models")
+    assert result.returncode == 0 and result.stdout.splitlines()[0] == "ARG --model-repository=/models"
+    assert "restricted" not in result.stdout
 
 
 @pytest.mark.integration

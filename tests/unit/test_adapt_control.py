@@ -171,3 +171,24 @@ def test_queueing_far_beyond_the_delay_is_a_backlog_not_a_delay_problem() -> Non
     # queue time is the batcher's own delay, but 5 of ~100 ms: cutting it cannot fix the breach
     assert want(SETTINGS, window(busy=0.77, queue_ms=6.0, compute_ms=96.0), current_us=5000)[0] == HOLD
     assert want(SETTINGS, window(busy=0.77, queue_ms=16.0, compute_ms=60.0), current_us=15_000)[0] == DOWN
+
+
+def test_a_window_without_requests_has_no_averages_and_still_cuts_the_delay() -> None:
+    idle = observation(_snapshot(0.0, 100, 0), _snapshot(2.0, 100, 0))
+    assert idle is not None and idle.requests == 0
+    assert (idle.queue_ms, idle.compute_ms, idle.batch_size, idle.mean_ms) == (None, None, None, None)
+    assert idle.figures()["queue_ms"] is None
+    assert want(ControlSettings(p99_ms=100), idle, current_us=4000)[0] == DOWN
+
+
+def test_a_window_where_every_request_was_rejected_is_overload_without_averages() -> None:
+    shed = Observation(window_s=2.0, requests=0, busy=0.95, queue_ms=None, compute_ms=None, batch_size=None, rejected=40)
+    direction, reason = want(ControlSettings(p99_ms=100, batching_gain=2.0, max_batch_size=32), shed, current_us=4000)
+    assert direction == UP and "40 requests rejected" in reason
+
+
+def test_the_controller_records_an_idle_window_without_a_latency_estimate() -> None:
+    controller = Controller(ControlSettings(p99_ms=100), delay_us=4000)
+    idle = Observation(window_s=2.0, requests=0, busy=0.0, queue_ms=None, compute_ms=None, batch_size=None)
+    decision = controller.observe(idle, 2.0)
+    assert decision.direction == DOWN and decision.figures["latency_estimate_ms"] is None

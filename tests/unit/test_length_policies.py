@@ -101,3 +101,21 @@ def test_the_container_variant_refuses_ragged_inputs_its_native_backends_cannot_
         variant_config(ragged_encoder, kind)
     _, bucket_encoder = policy_configs(MODEL_REPOSITORY, "buckets")
     assert variant_config(bucket_encoder, kind).instance_group[0].kind == bucket_encoder.instance_group[0].KIND_GPU
+
+
+@pytest.mark.parametrize("counts", [[2, 1, 3], [0, 2, 0, 1, 0], [0], [3]])
+def test_each_requests_longest_text_is_found_in_one_reduction_empty_requests_included(counts: list[int]) -> None:
+    lengths = np.array([5, 9, 3, 7, 2, 8][: sum(counts)], dtype=np.int64)
+    expected, start = [], 0
+    for count in counts:
+        expected.append(int(lengths[start : start + count].max(initial=0)))
+        start += count
+    assert padding.longest_per_request(lengths, counts) == expected
+
+
+def test_pad_rows_matches_a_row_by_row_fill_for_ragged_rows() -> None:
+    rows = [[101, 5, 6, 7, 102], [], [101, 102], list(range(1, 17))]
+    ids, mask = padding.pad_rows(rows, 16, 0)
+    for row, tokens in enumerate(rows):
+        assert ids[row, : len(tokens)].tolist() == tokens and not ids[row, len(tokens) :].any()
+        assert mask[row].tolist() == [1] * len(tokens) + [0] * (16 - len(tokens))

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tools.model_config import (
+    ModelConfig,
     batching_problems,
     config_from_dict,
     format_config,
@@ -40,6 +41,32 @@ def test_batching_models_have_the_required_batching_policy(name: str) -> None:
     assert 1 <= batcher.default_priority_level <= 2
     assert batcher.default_queue_policy.max_queue_size > 0
     assert batching_problems(config) == []
+
+
+def queue_policies(config: ModelConfig) -> dict:
+    """The policy each priority level runs under: its own, else the default policy."""
+    batcher = config.dynamic_batching
+    return {
+        level: batcher.priority_queue_policy.get(level, batcher.default_queue_policy) for level in range(1, batcher.priority_levels + 1)
+    }
+
+
+@pytest.mark.parametrize("name", BATCHING_MODELS)
+def test_every_priority_level_rejects_requests_after_a_default_timeout_that_requests_may_lower(name: str) -> None:
+    policies = queue_policies(load_config(MODEL_REPOSITORY / name))
+    for level, policy in policies.items():
+        assert policy.timeout_action == policy.REJECT, f"level {level}"
+        # Triton applies a request's timeout only below the default: without one, it is ignored.
+        assert policy.default_timeout_microseconds > 0, f"level {level}"
+        assert policy.allow_timeout_override, f"level {level}"
+    assert policies[1].default_timeout_microseconds < policies[2].default_timeout_microseconds, "interactive is bounded tighter"
+
+
+def test_both_steps_of_the_ensemble_bound_each_level_alike() -> None:
+    """The ensemble hands a request's priority and timeout to both steps; a backlog can pile
+    up in either queue, so both bound it the same way."""
+    tokenizer, encoder = (queue_policies(load_config(MODEL_REPOSITORY / name)) for name in BATCHING_MODELS)
+    assert tokenizer == encoder
 
 
 def test_ensemble_is_cached_and_fits_its_steps_batch_limits() -> None:

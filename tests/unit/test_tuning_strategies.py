@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tools.tuning.objectives import Score
-from tools.tuning.space import Candidate, SearchSpace, apply_candidate, candidate_of, preferred_options
+from tools.tuning.space import (
+    Candidate,
+    SearchSpace,
+    apply_candidate,
+    candidate_of,
+    core_budget,
+    machine_cores,
+    preferred_options,
+    with_instances,
+)
 from tools.tuning.strategies import GridSearch, HillClimb
 
 
@@ -86,7 +95,7 @@ def test_candidate_applies_to_the_committed_encoder_config_consistently() -> Non
     assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
     assert config.dynamic_batching.max_queue_delay_microseconds == 750
     assert config.instance_group[0].count == 2
-    assert "intra_op_thread_count" not in config.parameters, "the backend shares the cores out among instances"
+    assert config.parameters["intra_op_thread_count"].string_value == "1", "the committed 2 instances x 1 thread, kept"
     assert all(w.batch_size <= 4 for w in config.model_warmup)
     assert config.dynamic_batching.priority_levels == base.dynamic_batching.priority_levels
     assert batching_problems(config) == []
@@ -146,3 +155,27 @@ def test_hill_climb_measures_its_seeds_first_and_climbs_from_the_best_start() ->
     assert measured[:2] == [Candidate(32, (8,), 8000, 2), seed]
     first_neighbours = measured[2:7]
     assert all(c.delay_us <= 2000 for c in first_neighbours), "the climb starts next to the better seed, not the far start"
+
+
+def test_candidates_keep_the_base_core_budget_and_state_threads_per_instance() -> None:
+    """Explicit thread counts: the native backend would give each instance every core otherwise."""
+    from tools.model_config import load_config, parse_config
+    from tools.paths import MODEL_REPOSITORY
+
+    base = load_config(MODEL_REPOSITORY / "encoder")
+    budget = core_budget(base)
+    assert budget == 2 * int(base.parameters["intra_op_thread_count"].string_value)
+    threads = {n: apply_candidate(base, Candidate(32, (8,), 0, n)).parameters["intra_op_thread_count"].string_value for n in (1, 2, 4)}
+    assert threads == {1: str(budget), 2: str(budget // 2), 4: str(max(1, budget // 4))}
+    unset = parse_config("name: 'e' platform: 'onnxruntime_onnx' max_batch_size: 8 instance_group { count: 3 kind: KIND_CPU }")
+    assert core_budget(unset) == machine_cores(), "a base that does not say: this machine's cores"
+    assert with_instances(unset, 2, budget=7).parameters["intra_op_thread_count"].string_value == "3"
+
+
+def test_models_not_on_onnx_runtime_get_no_thread_parameter() -> None:
+    from tools.model_config import load_config
+    from tools.paths import MODEL_REPOSITORY
+
+    tokenizer = with_instances(load_config(MODEL_REPOSITORY / "tokenizer"), 2)
+    assert tokenizer.instance_group[0].count == 2
+    assert "intra_op_thread_count" not in tokenizer.parameters

@@ -74,9 +74,9 @@ class Observation:
     window_s: float
     requests: int
     busy: float  # share of the window the instance spent executing (0..1+)
-    queue_ms: float  # mean per request
-    compute_ms: float  # mean per request (its batch's execution)
-    batch_size: float  # mean executed batch size
+    queue_ms: float | None  # mean per request (None: no request in the window)
+    compute_ms: float | None  # mean per request (its batch's execution)
+    batch_size: float | None  # mean executed batch size (None: nothing executed)
     rejected: int = 0  # failed requests (queue full, timeouts)
     p99_ms: float | None = None  # when a real tail figure is available
 
@@ -85,16 +85,21 @@ class Observation:
         return self.requests / self.window_s if self.window_s > 0 else 0.0
 
     @property
-    def mean_ms(self) -> float:
-        return self.queue_ms + self.compute_ms
+    def mean_ms(self) -> float | None:
+        return None if self.queue_ms is None or self.compute_ms is None else self.queue_ms + self.compute_ms
 
-    def latency_estimate_ms(self, tail_factor: float) -> float:
-        return self.p99_ms if self.p99_ms is not None else self.mean_ms * tail_factor
+    def latency_estimate_ms(self, tail_factor: float) -> float | None:
+        if self.p99_ms is not None:
+            return self.p99_ms
+        return None if self.mean_ms is None else self.mean_ms * tail_factor
 
     def figures(self) -> dict:
-        return {"rate_rps": round(self.rate_rps, 1), "busy": round(self.busy, 2), "queue_ms": round(self.queue_ms, 1),
-                "compute_ms": round(self.compute_ms, 1), "batch": round(self.batch_size, 2), "rejected": self.rejected,
-                "p99_ms": None if self.p99_ms is None else round(self.p99_ms, 1)}  # fmt: skip
+        def rounded(value: float | None, digits: int) -> float | None:
+            return None if value is None else round(value, digits)
+
+        return {"rate_rps": round(self.rate_rps, 1), "busy": round(self.busy, 2), "queue_ms": rounded(self.queue_ms, 1),
+                "compute_ms": rounded(self.compute_ms, 1), "batch": rounded(self.batch_size, 2), "rejected": self.rejected,
+                "p99_ms": rounded(self.p99_ms, 1)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,8 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
     estimate = obs.latency_estimate_ms(settings.tail_factor)
     # Queue time far beyond the batcher's own delay is time spent waiting for the instance:
     # load, not delay, is the cause, even when the busy share reads just under busy_high.
-    backlog = obs.queue_ms > max(2.0 * current_us / 1000.0, settings.backlog_ms) and obs.busy > settings.busy_low
+    queued_ms = obs.queue_ms if obs.queue_ms is not None else 0.0  # no request waited in an idle window
+    backlog = queued_ms > max(2.0 * current_us / 1000.0, settings.backlog_ms) and obs.busy > settings.busy_low
     overloaded = obs.busy >= settings.busy_high or obs.rejected > 0 or backlog
     if obs.requests < settings.min_requests and not obs.rejected:
         return DOWN, f"almost idle ({obs.requests} requests in {obs.window_s:.1f} s): the delay only adds latency"
@@ -137,10 +143,10 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
         if settings.batching_gain < settings.min_gain:
             return HOLD, (f"{cause}, but batching gains only {settings.batching_gain:.2f}x on this model (< {settings.min_gain:.2f}x): "
                           "a longer delay buys too little capacity for its latency and reload")  # fmt: skip
-        if settings.max_batch_size and obs.batch_size >= 0.9 * settings.max_batch_size:
+        if settings.max_batch_size and obs.batch_size is not None and obs.batch_size >= 0.9 * settings.max_batch_size:
             return HOLD, f"{cause}, but batches are already full ({obs.batch_size:.1f}): waiting longer cannot grow them"
         return UP, f"{cause}: larger batches buy capacity (batching gain {settings.batching_gain:.2f}x)"
-    if estimate > settings.p99_ms:
+    if estimate is not None and obs.mean_ms is not None and estimate > settings.p99_ms:
         delay_ms = current_us / 1000.0
         if delay_ms < settings.delay_share * obs.mean_ms:
             # cutting a delay that is a sliver of the latency buys little and a reload costs ~2 s of it
@@ -189,7 +195,8 @@ class Controller:
         else:
             self.streak_direction, self.streak = direction, 1
         before, figures = self.delay_us, obs.figures()
-        figures["latency_estimate_ms"] = round(obs.latency_estimate_ms(self.settings.tail_factor), 1)
+        estimate = obs.latency_estimate_ms(self.settings.tail_factor)
+        figures["latency_estimate_ms"] = None if estimate is None else round(estimate, 1)
         target = next_delay(self.settings, before, direction)
         if direction == HOLD or target == before:
             why = reason if direction == HOLD else f"{reason}; already at the bound {before} us"

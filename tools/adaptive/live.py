@@ -23,6 +23,7 @@ from tools.tuning.reload import ReloadError, load_with_config
 log = logging.getLogger("adapt")
 
 MAX_STATS_FAILURES = 3
+PROBE_MODEL = "__model_control_probe__"  # never a real model: unloading it changes nothing
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,30 @@ def server_config(grpc_url: str, model: str) -> ModelConfig:
         return client.get_model_config(model).config
     finally:
         client.close()
+
+
+def model_control_problem(http_url: str, headers: dict | None = None) -> str | None:
+    """Why this server would refuse the reloads (None when it accepts them), asked before
+    anything runs and without touching a model: Triton 2.51 answers the unload of a model it
+    does not know with 200 in explicit mode, 503 "explicit model load / unload is not allowed
+    if polling is enabled" in the `none` and `poll` modes alike, 403 without the admin key."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        client.unload_model(PROBE_MODEL, headers=headers)
+    except InferenceServerException as exc:
+        message = exc.message() or str(exc)
+        if "not allowed" in message:
+            return (f"the server at {http_url} is not in explicit model-control mode, so it cannot apply a new delay; "
+                    "start it with --model-control-mode explicit")  # fmt: skip
+        if "restricted" in message:
+            return f"the model-control API of {http_url} is restricted: pass its key with --admin-key-file ({message})"
+        return f"the model-control API of {http_url} refused a harmless request: {message}"
+    finally:
+        client.close()
+    return None
 
 
 class LiveController:

@@ -36,7 +36,8 @@ def snapshot(http_url: str, model: str, at_s: float) -> Snapshot:
 
 
 def observation(earlier: Snapshot, later: Snapshot, instances: int = 1) -> Observation | None:
-    """The window between two snapshots, or None when the counters were reset in between."""
+    """The window between two snapshots, or None when the counters were reset in between.
+    An idle window is a window too (its averages are None): idleness is a reason to cut the delay."""
     delta = later.stats - earlier.stats
     busy = later.busy_ns - earlier.busy_ns
     seconds = later.at_s - earlier.at_s

@@ -51,8 +51,9 @@ def summarise(records: Records, intervals: list[tuple[float, float]]) -> dict:
 
     def figures(mask: np.ndarray) -> dict:
         ms = np.asarray(records.latency_s)[mask & ok] * 1000.0
-        if not len(ms):
-            return {"requests": int(mask.sum()), "failed": int((mask & ~ok).sum())}
+        if not len(ms):  # no successful request: no latency figures (None), not missing keys
+            return {"requests": int(mask.sum()), "failed": int((mask & ~ok).sum()), "mean_ms": None, "p50_ms": None, "p99_ms": None,
+                    "max_ms": None}  # fmt: skip
         return {"requests": int(mask.sum()), "failed": int((mask & ~ok).sum()), "mean_ms": round(float(ms.mean()), 1),
                 "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1),
                 "max_ms": round(float(ms.max()), 1)}  # fmt: skip

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tools.loadgen.measure import REQUEST_DEADLINE_S, _aio_module
-from tools.loadgen.report import OK, classify_error
+from tools.loadgen.report import OK, LatencySummary, classify_error
 from tools.loadgen.targets import Target
 
 
@@ -106,13 +106,16 @@ def replay(target: Target, arrivals: np.ndarray, url: str, protocol: str = "grpc
 
 @dataclass(frozen=True)
 class WindowFigures:
+    """One window of a replay. With nothing sent there is no attainment, and with nothing
+    answered no latency: those figures are None, never 1.0 or 0 ms."""
+
     start_s: float
     sent: int
     failed: int
-    attainment: float  # share of the requests sent in the window answered within the SLO (failures miss)
+    attainment: float | None  # share of the requests sent in the window answered within the SLO (failures miss)
     throughput_rps: float  # successful requests per second
-    mean_ms: float
-    p99_ms: float
+    mean_ms: float | None
+    p99_ms: float | None
 
 
 def window_figures(records: Records, start: float, end: float, slo_ms: float) -> WindowFigures:
@@ -122,14 +125,15 @@ def window_figures(records: Records, start: float, end: float, slo_ms: float) ->
     ok = np.asarray([o == OK for o in records.outcome], dtype=bool)[chosen]
     count = int(chosen.sum())
     good = latency_ms[ok]
+    summary = LatencySummary.of(good / 1000.0)
     return WindowFigures(
         start_s=start,
         sent=count,
         failed=int(count - ok.sum()),
-        attainment=float(((good <= slo_ms).sum()) / count) if count else 1.0,
+        attainment=float(((good <= slo_ms).sum()) / count) if count else None,
         throughput_rps=float(ok.sum() / (end - start)),
-        mean_ms=float(good.mean()) if len(good) else 0.0,
-        p99_ms=float(np.percentile(good, 99)) if len(good) else 0.0,
+        mean_ms=summary.mean_ms,
+        p99_ms=summary.p99_ms,
     )
 
 

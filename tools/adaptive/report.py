@@ -7,20 +7,30 @@ from collections.abc import Sequence
 import numpy as np
 
 from tools.adaptive.replay import Phase, Records, phase_of
-from tools.loadgen.report import OK
+from tools.loadgen.report import OK, LatencySummary, format_ms
 
 
 def _figures(latency_ms: np.ndarray, ok: np.ndarray, seconds: float, slo_ms: float) -> dict:
+    """Attainment is None when nothing was sent, latencies are None when nothing succeeded."""
     good = latency_ms[ok]
     count = len(latency_ms)
+    summary = LatencySummary.of(good / 1000.0)
     return {
         "sent": int(count),
         "failed": int(count - ok.sum()),
-        "attainment": float((good <= slo_ms).sum() / count) if count else 1.0,
+        "attainment": float((good <= slo_ms).sum() / count) if count else None,
         "throughput_rps": float(ok.sum() / seconds) if seconds else 0.0,
-        "mean_ms": float(good.mean()) if len(good) else 0.0,
-        "p99_ms": float(np.percentile(good, 99)) if len(good) else 0.0,
+        "mean_ms": summary.mean_ms,
+        "p99_ms": summary.p99_ms,
     }
+
+
+def _share(value: float | None, spec: str = ".1%") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _difference(later: float | None, earlier: float | None, scale: float = 1.0) -> float | None:
+    return None if later is None or earlier is None else (later - earlier) * scale
 
 
 def phase_summary(records: Records, phases: Sequence[Phase], slo_ms: float) -> dict[str, dict]:
@@ -38,9 +48,17 @@ def phase_summary(records: Records, phases: Sequence[Phase], slo_ms: float) -> d
     return summary
 
 
-def best_static(runs: dict, kind: str) -> str:
-    """Highest SLO attainment in that phase kind; within 0.5 points, the lower mean latency."""
-    static = {name: run["phases"][kind] for name, run in runs.items() if run["label"] not in ("adaptive", "repeat")}
+def best_static(runs: dict, kind: str) -> str | None:
+    """Highest SLO attainment in that phase kind; within 0.5 points, the lower mean latency.
+    A config that answered nothing there has no mean latency and is never the best; None
+    when no static config answered anything."""
+    static = {
+        name: run["phases"][kind]
+        for name, run in runs.items()
+        if run["label"] not in ("adaptive", "repeat") and run["phases"][kind]["mean_ms"] is not None
+    }
+    if not static:
+        return None
     top = max(f["attainment"] for f in static.values())
     close = {name: f for name, f in static.items() if f["attainment"] >= top - 0.005}
     return min(close, key=lambda name: close[name]["mean_ms"])
@@ -58,21 +76,26 @@ def drift_lines(runs: dict, kinds: list[str]) -> list[str]:
             continue
         for k in kinds:
             a, b = first["phases"][k], run["phases"][k]
-            lines.append(f"- drift, `{name}` against its first replay, {k}: {(b['attainment'] - a['attainment']) * 100:+.1f} points, "
-                         f"{b['mean_ms'] - a['mean_ms']:+.1f} ms mean (the noise floor of this run)")  # fmt: skip
+            points = _difference(b["attainment"], a["attainment"], 100)
+            mean = _difference(b["mean_ms"], a["mean_ms"])
+            lines.append(f"- drift, `{name}` against its first replay, {k}: {format_ms(points, '+.1f')} points, "
+                         f"{format_ms(mean, '+.1f')} ms mean (the noise floor of this run)")  # fmt: skip
     return lines
 
 
 def verdict(runs: dict, kind: str) -> str:
     best = best_static(runs, kind)
+    if best is None:
+        return f"- **{kind}**: no static config answered a request here; nothing to compare the controller with"
     b, c = runs[best]["phases"][kind], runs["controller"]["phases"][kind]
-    d_att = (c["attainment"] - b["attainment"]) * 100
-    d_mean = c["mean_ms"] - b["mean_ms"]
-    matched = d_att >= -1.0 and d_mean <= max(0.10 * b["mean_ms"], 2.0)
+    d_att = _difference(c["attainment"], b["attainment"], 100)
+    d_mean = _difference(c["mean_ms"], b["mean_ms"])
+    # a controller that answered nothing has no latency: it cannot match
+    matched = d_att is not None and d_mean is not None and d_att >= -1.0 and d_mean <= max(0.10 * b["mean_ms"], 2.0)
     word = "matches" if matched else "does NOT match"
-    return (f"- **{kind}**: best static is `{best}` ({b['attainment']:.1%} within SLO, mean {b['mean_ms']:.1f} ms); "
-            f"the controller {word} it ({c['attainment']:.1%}, mean {c['mean_ms']:.1f} ms; "
-            f"{d_att:+.1f} points, {d_mean:+.1f} ms)")  # fmt: skip
+    return (f"- **{kind}**: best static is `{best}` ({_share(b['attainment'])} within SLO, mean {format_ms(b['mean_ms'])} ms); "
+            f"the controller {word} it ({_share(c['attainment'])}, mean {format_ms(c['mean_ms'])} ms; "
+            f"{format_ms(d_att, '+.1f')} points, {format_ms(d_mean, '+.1f')} ms)")  # fmt: skip
 
 
 def render_markdown(results: dict) -> str:
@@ -109,18 +132,19 @@ def render_markdown(results: dict) -> str:
         cells = []
         for k in kinds:
             f = run["phases"][k]
-            cells += [f"{f['attainment']:.1%}", f"{f['mean_ms']:.1f}", f"{f['p99_ms']:.1f}", f"{f['throughput_rps']:.1f}"]
+            cells += [_share(f["attainment"]), format_ms(f["mean_ms"]), format_ms(f["p99_ms"]), f"{f['throughput_rps']:.1f}"]
         a = run["phases"]["all"]
         label = f"{name} ({run['label']})" if run["label"] not in ("static", "repeat") else name
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {a['attainment']:.1%} | {a['failed']} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_share(a['attainment'])} | {a['failed']} |")
     lines += ["", "## Does the controller match the best static config in every phase?", ""]
     lines += [verdict(runs, k) for k in kinds]
     lines += drift_lines(runs, kinds)
     lines += ["", "Best static per phase, picked in hindsight from this run: "
-              + ", ".join(f"{k}: `{best_static(runs, k)}`" for k in kinds), ""]  # fmt: skip
+              + ", ".join(f"{k}: `{best_static(runs, k) or 'none answered'}`" for k in kinds), ""]  # fmt: skip
     lines += ["## SLO attainment per window", "", "| window start s | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
     for index, first in enumerate(next(iter(runs.values()))["windows"]):
-        cells = [f"{run['windows'][index]['attainment']:.0%} ({run['windows'][index]['mean_ms']:.0f} ms)" for run in runs.values()]
+        row = [run["windows"][index] for run in runs.values()]
+        cells = [f"{_share(w['attainment'], '.0%')} ({format_ms(w['mean_ms'], '.0f')} ms)" for w in row]
         lines.append(f"| {first['start_s']:.0f} | " + " | ".join(cells) + " |")
     cost = results["reload_cost"]
     lines += ["", "## What a reload costs in flight", "",
@@ -129,8 +153,8 @@ def render_markdown(results: dict) -> str:
               "| requests | count | failed | mean ms | p50 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for key in ("outside_reload", "during_reload"):
         f = cost[key]
-        lines.append(f"| {key.replace('_', ' ')} | {f['requests']} | {f['failed']} | {f.get('mean_ms', '-')} | {f.get('p50_ms', '-')} | "
-                     f"{f.get('p99_ms', '-')} | {f.get('max_ms', '-')} |")  # fmt: skip
+        figures = " | ".join(format_ms(f.get(name)) for name in ("mean_ms", "p50_ms", "p99_ms", "max_ms"))
+        lines.append(f"| {key.replace('_', ' ')} | {f['requests']} | {f['failed']} | {figures} |")
     control = results["controller"]
     lines += ["", "## The controller's changes", ""]
     changes = [d for d in control["decisions"] if d["changed"]]

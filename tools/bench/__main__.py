@@ -28,6 +28,7 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
 from tools.tuning.reload import ReloadError, load_with_config
+from tools.tuning.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
 
@@ -42,8 +43,7 @@ def model_analyzer_pick(base: ModelConfig, batch_floor: int) -> ModelConfig:
     config.ClearField("dynamic_batching")
     config.dynamic_batching.SetInParent()
     del config.instance_group[1:]
-    if config.instance_group:
-        config.instance_group[0].count = 1
+    config = with_instances(config, 1, core_budget(base))  # one instance on all the committed cores
     config.max_batch_size = max(8, batch_floor)
     if batch_floor > 8:
         config.dynamic_batching.preferred_batch_size.append(8)

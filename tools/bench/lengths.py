@@ -30,8 +30,8 @@ from tools.bench.machine import cpu_line, describe_cpu
 from tools.command import run_reporting_errors
 from tools.length_policy import POLICIES, policy_configs
 from tools.loadgen import Measurement, Traffic, mixed_target, run_load
-from tools.loadgen.cli_args import number_list
-from tools.loadgen.mixed_texts import LengthMix, parse_token_range
+from tools.loadgen.cli_args import length_mix_from_args, number_list
+from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import parse_priority_mix
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import load_config
@@ -100,17 +100,17 @@ def measure_level(policy: str, traffic: Traffic, target, measurement: Measuremen
     if result.server["embed"].cache_hits:
         log.warning("%s %s: %d response-cache hits; the workload should send unique texts", policy, result.traffic,
                     result.server["embed"].cache_hits)  # fmt: skip
-    short, long = row["per_length_class"].get("short"), row["per_length_class"].get("long")
+    short, long = result.per_length_class.get("short"), result.per_length_class.get("long")
     log.info(
-        "%-8s %-18s %6.1f req/s %7.0f useful tok/s  waste %s  p99 short %s / long %s ms  encoder batch %.2f%s",
+        "%-8s %-18s %6.1f req/s %7s useful tok/s  waste %s  p99 short %s / long %s ms  encoder batch %s%s",
         policy,
         result.traffic,
         result.throughput_rps,
-        result.useful_tokens_per_s or 0.0,
-        f"{counts.waste:.0%}" if counts.waste is not None else "-",
-        f"{short['latency']['p99_ms']:.0f}" if short else "-",
-        f"{long['latency']['p99_ms']:.0f}" if long else "-",
-        result.server["encoder"].average_batch_size,
+        format_ms(result.useful_tokens_per_s, ".0f"),
+        format_ms(counts.waste, ".0%"),
+        format_ms(short.latency.p99_ms if short else None, ".0f"),
+        format_ms(long.latency.p99_ms if long else None, ".0f"),
+        format_ms(result.server["encoder"].average_batch_size, ".2f"),
         f", {result.error_count} errors" if result.error_count else "",
     )
     return row
@@ -120,7 +120,7 @@ def run_bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     cpu = describe_cpu()
     log.info("%s", cpu_line(cpu))
-    mix = LengthMix(args.passage_share, parse_token_range(args.short_tokens), parse_token_range(args.long_tokens))
+    mix = length_mix_from_args(args)
     priority_mix = parse_priority_mix(args.priority_mix)
     target = mixed_target(mix)
     encoder = load_config(MODEL_REPOSITORY / "encoder")
@@ -225,7 +225,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.warmup < 0 or args.window <= 0 or args.max_windows < 1:
         parser.error("--warmup must be >= 0, --window > 0 and --max-windows >= 1")
     try:
-        LengthMix(args.passage_share, parse_token_range(args.short_tokens), parse_token_range(args.long_tokens))
+        length_mix_from_args(args)
         Traffic(concurrency=1, priority_mix=parse_priority_mix(args.priority_mix))
     except ValueError as exc:
         parser.error(str(exc))

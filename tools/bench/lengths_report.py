@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from tools.bench.machine import cpu_line
+from tools.loadgen.report import format_ms
 
 
 def _row(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _number(value: float | None, pattern: str = "{:.1f}") -> str:
-    return "-" if value is None else pattern.format(value)
 
 
 def _latency(row: dict, length_class: str) -> str:
@@ -39,13 +36,13 @@ def served_cells(row: dict, raw_best: float) -> list[str]:
         row["policy"],
         row["traffic"],
         f"{row['throughput_rps']:.1f}",
-        _number(row.get("useful_tokens_per_s"), "{:.0f}"),
-        _number(padding["waste"], "{:.0%}"),
+        format_ms(row.get("useful_tokens_per_s"), ".0f"),
+        format_ms(padding["waste"], ".0%"),
         _latency(row, "short"),
         _latency(row, "long"),
-        f"{row['server']['encoder']['average_batch_size']:.2f}",
-        _number(padding["rows_per_run"], "{:.2f}"),
-        _number(packing_efficiency(row, raw_best), "{:.2f}"),
+        format_ms(row["server"]["encoder"]["average_batch_size"], ".2f"),
+        format_ms(padding["rows_per_run"], ".2f"),
+        format_ms(packing_efficiency(row, raw_best), ".2f"),
         str(_errors(row)),
     ]
 
@@ -128,8 +125,8 @@ def render_markdown(report: dict) -> str:
             for level, result in row["per_priority"].items():
                 latency = result["latency"]
                 lines.append(_row([row["policy"], row["traffic"], level, f"{result['throughput_rps']:.1f}",
-                                   _number(latency["p50_ms"] if latency["count"] else None, "{:.0f}"),
-                                   _number(latency["p99_ms"] if latency["count"] else None, "{:.0f}")]))  # fmt: skip
+                                   format_ms(latency["p50_ms"], ".0f"),
+                                   format_ms(latency["p99_ms"], ".0f")]))  # fmt: skip
     comparisons = comparison_lines(report["rows"])
     if comparisons:
         lines += ["", "## Against the first policy", "", *comparisons]

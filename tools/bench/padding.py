@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from tools.loadgen import Measurement, Traffic, embed_target, run_load
+from tools.loadgen.report import format_ms
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
@@ -71,8 +72,8 @@ def run(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "padding.json").write_text(json.dumps(rows, indent=1))
     lines = ["| padding policy | concurrency | req/s | p50 ms | p99 ms | avg encoder batch |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['policy']} | {r['concurrency']} | {r['throughput_rps']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-              f"{r['encoder_batch']:.2f} |" for r in rows]  # fmt: skip
+    lines += [f"| {r['policy']} | {r['concurrency']} | {r['throughput_rps']:.1f} | {format_ms(r['p50_ms'])} | {format_ms(r['p99_ms'])} | "
+              f"{format_ms(r['encoder_batch'], '.2f')} |" for r in rows]  # fmt: skip
     (args.out / "padding.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -10,7 +10,6 @@ Its CSV output is parsed, never its stdout.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tools.loadgen import Measurement, Traffic, encoder_target, run_load
+from tools.loadgen.perf_csv import read_perf_csv
 from tools.local_triton import TritonInstallation
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import load_config, without_priority_queues
@@ -73,10 +73,8 @@ def run_perf_analyzer(grpc_url: str, concurrency: int, sequence_length: int, win
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"perf_analyzer failed ({result.returncode}): {result.stdout[-1500:]}{result.stderr[-1500:]}")
-    with open(out) as handle:
-        row = next(csv.DictReader(handle))
-    return {"throughput_rps": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1000,
-            "p99_ms": float(row["p99 latency"]) / 1000}  # fmt: skip
+    row = read_perf_csv(out)[0]
+    return {key: row[key] for key in ("throughput_rps", "p50_ms", "p99_ms")}
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -1,14 +1,21 @@
-"""The benchmark report in Markdown: tables first, then the ratios we quote."""
+"""The benchmark report in Markdown: tables first, then the ratios we quote.
+
+A load level with no successful request has no latency (None in the JSON): its cells read
+"-" and it takes part in no latency comparison.
+"""
 
 from __future__ import annotations
+
+from tools.loadgen.report import format_ms
 
 
 def _row(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _served_best(results: list[dict]) -> float:
-    return max((r["throughput_rps"] for r in results if not r["outcomes"].keys() - {"ok"}), default=0.0)
+def _served_best(results: list[dict]) -> float | None:
+    """The best throughput of an error-free level; None when every level had errors."""
+    return max((r["throughput_rps"] for r in results if not r["outcomes"].keys() - {"ok"}), default=None)
 
 
 def _closed_loop_mean(results: list[dict]) -> float:
@@ -30,7 +37,7 @@ def _winner_vs_model_analyzer(served: dict[str, list[dict]]) -> list[str]:
         if a["throughput_rps"]:
             lines.append(
                 f"- tuner winner vs Model Analyzer pick at {b['traffic']}: throughput x{b['throughput_rps'] / a['throughput_rps']:.2f}, "
-                f"p99 {b['latency']['p99_ms']:.1f} vs {a['latency']['p99_ms']:.1f} ms"
+                f"p99 {format_ms(b['latency']['p99_ms'])} vs {format_ms(a['latency']['p99_ms'])} ms"
             )
     return lines
 
@@ -61,12 +68,12 @@ def render_markdown(report: dict) -> str:
     for name, results in report["served"].items():
         for r in results:
             errors = sum(v for k, v in r["outcomes"].items() if k != "ok")
-            batch = r["server"].get("encoder", {}).get("average_batch_size", 0.0)
-            lines.append(_row([name, r["traffic"], f"{r['throughput_rps']:.1f}", f"{r['latency']['p50_ms']:.1f}",
-                               f"{r['latency']['p99_ms']:.1f}", f"{batch:.2f}", errors]))  # fmt: skip
+            batch = r["server"].get("encoder", {}).get("average_batch_size")
+            lines.append(_row([name, r["traffic"], f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
+                               format_ms(r["latency"]["p99_ms"]), format_ms(batch, ".2f"), errors]))  # fmt: skip
     for r in report["naive_batcher"]:
-        lines.append(_row(["naive batcher (in-process)", r["label"], f"{r['throughput_rps']:.1f}", f"{r['latency']['p50_ms']:.1f}",
-                           f"{r['latency']['p99_ms']:.1f}", f"{r['average_batch']:.2f}", 0]))  # fmt: skip
+        lines.append(_row(["naive batcher (in-process)", r["label"], f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
+                           format_ms(r["latency"]["p99_ms"]), f"{r['average_batch']:.2f}", 0]))  # fmt: skip
 
     lines += ["", "## Ratios", ""]
     served = report["served"]
@@ -76,6 +83,9 @@ def render_markdown(report: dict) -> str:
             lines.append(f"- {name}: failed to load")
             continue
         top = _served_best(results)
+        if top is None:
+            lines.append(f"- {name}: errors at every load level, no error-free throughput to compare")
+            continue
         lines.append(
             f"- {name}: best served {top:.1f} req/s = {top / best['rows_per_s']:.2f} x the raw engine's best "
             f"({best['rows_per_s']:.0f} rows/s at batch {best['batch_size']}); {top / naive_best:.2f} x the naive batcher's best"
@@ -88,7 +98,7 @@ def render_markdown(report: dict) -> str:
             if a["throughput_rps"]:
                 lines.append(
                     f"- dynamic vs no batching at {b['traffic']}: throughput x{b['throughput_rps'] / a['throughput_rps']:.2f}, "
-                    f"p99 {b['latency']['p99_ms']:.1f} vs {a['latency']['p99_ms']:.1f} ms"
+                    f"p99 {format_ms(b['latency']['p99_ms'])} vs {format_ms(a['latency']['p99_ms'])} ms"
                 )
     lines += _winner_vs_model_analyzer(served)
     lines += ["", f"Benchmark took {report['seconds']:.0f} s.", ""]

@@ -17,7 +17,8 @@ def number_list(text: str, kind: type) -> list:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
-def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed") -> None:
+def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed", default_concurrency: str = "1,16") -> None:
+    """The load options; without --concurrency, --rate or --trace the closed loop runs `default_concurrency`."""
     target = parser.add_argument_group("target")
     target.add_argument("--model", default=default_model, help="'embed' (texts) or 'encoder' (token ids); default %(default)s")
     target.add_argument("--url", default=None, help="HTTP host:port of a running Triton (default: start a local one)")
@@ -33,7 +34,9 @@ def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "em
     target.add_argument("--short-tokens", default="5-30", help="--texts mixed: query length range in tokens (default %(default)s)")
     target.add_argument("--long-tokens", default="100-256", help="--texts mixed: passage length range in tokens (default %(default)s)")
     load = parser.add_argument_group("traffic (closed loop: --concurrency; open loop: --rate or --trace)")
-    load.add_argument("--concurrency", type=lambda t: number_list(t, int), default=None, help="comma list, e.g. 1,4,16")
+    load.add_argument("--concurrency", type=lambda t: number_list(t, int), default=None,
+                      help=f"comma list, e.g. 1,4,16 (default {default_concurrency} unless --rate or --trace)")  # fmt: skip
+    parser.set_defaults(default_concurrency=number_list(default_concurrency, int))
     load.add_argument("--rate", type=lambda t: number_list(t, float), default=None, help="open-loop requests/s, comma list")
     load.add_argument("--distribution", choices=("poisson", "constant"), default="poisson")
     load.add_argument("--burst-rate", type=float, default=0.0, help="bursty: alternate --rate and this rate")
@@ -49,6 +52,21 @@ def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "em
 
 
 def traffics_from_args(args: argparse.Namespace) -> list[Traffic]:
+    """One Traffic per load level; conflicting or out-of-range options raise ValueError naming the option."""
+    if args.trace and (args.rate or args.concurrency):
+        raise ValueError("--trace replays its own arrival times: give it without --rate or --concurrency")
+    if args.rate and args.concurrency:
+        raise ValueError("give --concurrency (closed loop) or --rate (open loop), not both")
+    if args.burst_rate and not args.rate:
+        raise ValueError("--burst-rate alternates with --rate: give --rate too")
+    if args.burst_rate < 0 or args.burst_period <= 0:
+        raise ValueError("--burst-rate must not be negative and --burst-period must be above 0")
+    if any(c < 1 for c in args.concurrency or []):
+        raise ValueError(f"--concurrency values must be at least 1, got {args.concurrency}")
+    if any(r <= 0 for r in args.rate or []):
+        raise ValueError(f"--rate values must be above 0 req/s, got {args.rate}")
+    if args.timeout_us is not None and args.timeout_us < 0:
+        raise ValueError(f"--timeout-us cannot be negative, got {args.timeout_us}")
     mix = parse_priority_mix(args.priority_mix)
     common = {"priority_mix": mix, "timeout_us": args.timeout_us}
     if args.trace:
@@ -56,7 +74,23 @@ def traffics_from_args(args: argparse.Namespace) -> list[Traffic]:
     if args.rate:
         burst = {"burst_rate": args.burst_rate, "burst_period_s": args.burst_period} if args.burst_rate else {}
         return [Traffic(rate=rate, distribution=args.distribution, **burst, **common) for rate in args.rate]
-    return [Traffic(concurrency=c, **common) for c in (args.concurrency or [1, 16])]
+    return [Traffic(concurrency=c, **common) for c in (args.concurrency or args.default_concurrency)]
+
+
+def check_load_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad load options before anything starts (ValueError with the option's name)."""
+    if args.seq_len is not None and args.seq_len < 1:
+        raise ValueError(f"--seq-len must be at least 1 token, got {args.seq_len}")
+    if args.texts_per_request < 1:
+        raise ValueError(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
+    if args.texts == "mixed":
+        if args.model.startswith("encoder"):
+            raise ValueError(f"--texts mixed sends texts: use it with the embed model, not --model {args.model}")
+        if args.texts_per_request != 1:
+            raise ValueError(f"--texts mixed sends one text per request, got --texts-per-request {args.texts_per_request}")
+        length_mix_from_args(args)
+    traffics_from_args(args)
+    measurement_from_args(args)
 
 
 def target_from_args(args: argparse.Namespace, model: str | None = None) -> Target:
@@ -75,7 +109,17 @@ def target_from_args(args: argparse.Namespace, model: str | None = None) -> Targ
 
 
 def length_mix_from_args(args: argparse.Namespace) -> LengthMix:
-    return LengthMix(args.passage_share, parse_token_range(args.short_tokens), parse_token_range(args.long_tokens))
+    """--passage-share, --short-tokens and --long-tokens as a LengthMix (ValueError naming the option)."""
+    if not 0.0 <= args.passage_share <= 1.0:  # NaN fails too
+        raise ValueError(f"--passage-share must be within 0..1, got {args.passage_share:g}")
+    ranges = []
+    for option, text in (("--short-tokens", args.short_tokens), ("--long-tokens", args.long_tokens)):
+        try:
+            ranges.append(parse_token_range(text))
+            LengthMix(short_tokens=ranges[-1])  # the range rules live in LengthMix
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
+    return LengthMix(args.passage_share, *ranges)
 
 
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:

@@ -17,7 +17,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.loadgen.report import OK, LatencySummary, LoadResult, ServerWindow, classify_error, summarise_classes
+from tools.loadgen.report import (
+    OK,
+    LatencySummary,
+    LoadResult,
+    ServerWindow,
+    classify_error,
+    format_ms,
+    summarise_classes,
+    summarise_lengths,
+)
 from tools.loadgen.targets import Target
 from tools.loadgen.traffic import Traffic
 from tools.stats import ModelStats
@@ -36,6 +45,16 @@ class Measurement:
     max_windows: int = 8
     stability: float = 0.10
     server_models: tuple[str, ...] = ()  # models whose statistics are reported (deltas)
+
+    def __post_init__(self) -> None:
+        if self.warmup_s < 0:
+            raise ValueError(f"the warm-up (--warmup) cannot be negative, got {self.warmup_s:g} s")
+        if self.window_s <= 0:
+            raise ValueError(f"a measurement window (--window) must last more than 0 s, got {self.window_s:g}")
+        if self.max_windows < 1 or self.stable_windows < 1:
+            raise ValueError(f"at least one measurement window is needed (--max-windows), got {self.max_windows}")
+        if self.stability <= 0:
+            raise ValueError(f"the allowed spread (--stability) must be above 0, got {self.stability:g}")
 
 
 @dataclass
@@ -70,21 +89,21 @@ def _aio_module(protocol: str):
     return module
 
 
-def _window_figures(entries: _Log, start: float, end: float) -> tuple[float, float]:
-    """Throughput and p99 of the requests that completed in [start, end)."""
+def _window_figures(entries: _Log, start: float, end: float) -> tuple[float, float | None]:
+    """Throughput and p99 (None: nothing succeeded) of the requests that completed in [start, end)."""
     done = np.asarray(entries.done)
     sent = np.asarray(entries.sent)
     ok = np.asarray([outcome == OK for outcome in entries.outcome], dtype=bool)
     inside = (done >= start) & (done < end) & ok
     if not inside.any():
-        return 0.0, 0.0
+        return 0.0, None
     return inside.sum() / (end - start), float(np.percentile(done[inside] - sent[inside], 99))
 
 
-def _is_stable(figures: list[tuple[float, float]], count: int, tolerance: float) -> bool:
-    if len(figures) < count:
+def _is_stable(figures: list[tuple[float, float | None]], count: int, tolerance: float) -> bool:
+    if len(figures) < count or any(p99 is None for _, p99 in figures[-count:]):
         return False
-    recent = np.asarray(figures[-count:])
+    recent = np.asarray(figures[-count:], dtype=float)
     if (recent[:, 0] <= 0).any():
         return False
     means = recent.mean(axis=0)
@@ -100,6 +119,7 @@ class _Engine:
         self.stop = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()
         self.count = 0
+        self.started = 0.0
         budget = measurement.warmup_s + measurement.window_s * measurement.max_windows + 1.0
         self.priorities = traffic.priorities(200_000)
         self.arrivals = None if traffic.closed_loop else traffic.arrivals(budget)
@@ -155,8 +175,9 @@ class _Engine:
         m = self.measurement
         kwargs = {"conn_limit": 4096} if self.protocol == "http" else {}
         client = self.module.InferenceServerClient(self.url, **kwargs)
+        senders: list[asyncio.Task] = []
         try:
-            t0 = time.perf_counter()
+            self.started = t0 = time.perf_counter()
             if self.traffic.closed_loop:
                 senders = [asyncio.create_task(self.closed_loop_sender(client)) for _ in range(self.traffic.concurrency)]
             else:
@@ -164,18 +185,24 @@ class _Engine:
             await asyncio.sleep(m.warmup_s)
             boundaries = [time.perf_counter()]
             snapshots = [await self.snapshot()]
-            figures: list[tuple[float, float]] = []
+            figures: list[tuple[float, float | None]] = []
             while len(figures) < m.max_windows:
                 await asyncio.sleep(max(0.0, boundaries[-1] + m.window_s - time.perf_counter()))
                 boundaries.append(time.perf_counter())
                 snapshots.append(await self.snapshot())
                 figures.append(_window_figures(self.entries, boundaries[-2], boundaries[-1]))
-                log.debug("window %d: %.1f req/s, p99 %.1f ms", len(figures), figures[-1][0], figures[-1][1] * 1000)
+                throughput, p99 = figures[-1]
+                log.debug("window %d: %.1f req/s, p99 %s ms", len(figures), throughput, format_ms(None if p99 is None else p99 * 1000))
                 if _is_stable(figures, m.stable_windows, m.stability):
                     break
+        except BaseException:
+            # A failed statistics snapshot (or a cancel) ends the run: nothing may keep sending.
+            for task in [*senders, *self.tasks]:
+                task.cancel()
+            raise
+        finally:
             self.stop.set()
             await asyncio.gather(*senders, *list(self.tasks), return_exceptions=True)
-        finally:
             await client.close()
         stable = _is_stable(figures, m.stable_windows, m.stability)
         used = min(m.stable_windows, len(figures))
@@ -211,22 +238,20 @@ class _Engine:
             server={name: ServerWindow.of(last[name] - first[name]) for name in last},
             run_sent=self.count,
             run_outcomes={o: entries.outcome.count(o) for o in set(entries.outcome)},
-            **self.length_figures(chosen, ok, outcomes, latencies, seconds),
+            run_per_priority=summarise_classes(
+                np.asarray(entries.priority), entries.outcome, np.asarray(entries.done) - np.asarray(entries.sent), end - self.started
+            ),
+            open_loop=not self.traffic.closed_loop,
+            **self.length_figures(chosen, outcomes, latencies, seconds),
         )
 
-    def length_figures(self, chosen: np.ndarray, ok: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict:
+    def length_figures(self, chosen: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict:
         """Results per length class and useful (real) tokens/s, for targets that know them."""
         if not self.target.request_class:
             return {}
         labels = [label for label, keep in zip(self.entries.length_class, chosen) if keep]
-        names = sorted(set(labels))
-        codes = np.array([names.index(label) for label in labels], dtype=int)
-        per_code = summarise_classes(codes, outcomes, latencies, seconds)
-        tokens = np.asarray(self.entries.tokens)[chosen]
-        return {
-            "per_length_class": {names[code]: result for code, result in per_code.items()},
-            "useful_tokens_per_s": float(tokens[ok].sum() / seconds) if len(ok) else None,
-        }
+        per_class, useful = summarise_lengths(labels, np.asarray(self.entries.tokens)[chosen], outcomes, latencies, seconds)
+        return {"per_length_class": per_class, "useful_tokens_per_s": useful}
 
 
 def run_load(
@@ -242,3 +267,14 @@ def run_load(
     if measurement.server_models and protocol == "grpc" and stats_url == url:
         raise ValueError("server statistics are read over HTTP: pass stats_url (host:http_port)")
     return asyncio.run(_Engine(target, traffic, measurement, url, protocol, stats_url).run())
+
+
+def measure_capacity(target: Target, url: str, protocol: str = "grpc", stats_url: str | None = None, concurrency: int = 8) -> float:
+    """Successful requests per second under a closed loop of `concurrency` clients: what this
+    server sustains for this traffic on this machine now. Open-loop rates meant to be "below"
+    or "above" capacity derive from it, since machines differ several-fold in speed."""
+    measurement = Measurement(warmup_s=1.0, window_s=2.0, stable_windows=3, max_windows=5, stability=0.15)
+    result = run_load(target, Traffic(concurrency=concurrency), measurement, url, protocol, stats_url)
+    if result.error_count or result.throughput_rps <= 0:
+        raise RuntimeError(f"capacity of {target.model} could not be measured: outcomes {result.outcomes} in {result.measured_s:.1f} s")
+    return result.throughput_rps

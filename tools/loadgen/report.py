@@ -24,15 +24,23 @@ def classify_error(message: str) -> str:
     return "error"
 
 
+def format_ms(value: float | None, spec: str = ".1f") -> str:
+    """A latency (or another average) for a table or a log line: "-" when there is no value."""
+    return "-" if value is None else format(value, spec)
+
+
 @dataclass
 class LatencySummary:
+    """Latency of successful requests. With no successful request there is no latency:
+    every figure is None (JSON null), never 0.0, which a comparison would take for fast."""
+
     count: int = 0
-    mean_ms: float = 0.0
-    p50_ms: float = 0.0
-    p90_ms: float = 0.0
-    p95_ms: float = 0.0
-    p99_ms: float = 0.0
-    max_ms: float = 0.0
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
 
     @classmethod
     def of(cls, latencies_s: np.ndarray) -> LatencySummary:
@@ -55,28 +63,30 @@ class ClassResult:
 
 @dataclass
 class ServerWindow:
-    """The server's own figures over the measured window (deltas of the statistics API)."""
+    """The server's own figures over the measured window (deltas of the statistics API).
+    Averages are None when there was nothing to average (no execution, no successful request)."""
 
     requests: int
     inferences: int
     executions: int
-    average_batch_size: float
+    average_batch_size: float | None
     batch_executions: dict[int, int]
-    average_queue_ms: float
-    average_compute_ms: float
+    average_queue_ms: float | None
+    average_compute_ms: float | None
     cache_hits: int
     failures: int
 
     @classmethod
     def of(cls, delta: ModelStats) -> ServerWindow:
+        per_request = delta.requests > 0
         return cls(
             delta.requests,
             delta.inferences,
             delta.executions,
-            delta.average_batch_size,
+            delta.average_batch_size if delta.executions else None,
             dict(delta.batch_executions),
-            delta.average_queue_ms,
-            delta.average_compute_ms,
+            delta.average_queue_ms if per_request else None,
+            delta.average_compute_ms if per_request else None,
             delta.cache_hits,
             delta.failures,
         )
@@ -101,6 +111,8 @@ class LoadResult:
     server: dict[str, ServerWindow] = field(default_factory=dict)
     run_sent: int = 0  # the whole run, warm-up included: every request sent ...
     run_outcomes: dict[str, int] = field(default_factory=dict)  # ... and its outcome (nothing left unanswered)
+    run_per_priority: dict[int, ClassResult] = field(default_factory=dict)  # the whole run per class
+    open_loop: bool = False  # late sends and send lag mean something only on a schedule
     per_length_class: dict[str, ClassResult] = field(default_factory=dict)  # mixed-length targets only
     useful_tokens_per_s: float | None = None  # real tokens of successful requests; None: target has no token counts
 
@@ -112,12 +124,47 @@ class LoadResult:
         return asdict(self)
 
     def one_line(self) -> str:
-        server = " ".join(f"{name}: batch {window.average_batch_size:.2f}" for name, window in self.server.items())
+        server = " ".join(f"{name}: batch {format_ms(window.average_batch_size, '.2f')}" for name, window in self.server.items())
         errors = ", ".join(f"{k} {v}" for k, v in self.outcomes.items() if k != OK) or "no errors"
         return (
-            f"{self.traffic:>28}: {self.throughput_rps:7.1f} req/s  p50 {self.latency.p50_ms:7.1f} ms  "
-            f"p99 {self.latency.p99_ms:7.1f} ms  {errors}  {server}{'' if self.stable else '  (not stable)'}"
+            f"{self.traffic:>28}: {self.throughput_rps:7.1f} req/s  p50 {format_ms(self.latency.p50_ms):>7} ms  "
+            f"p99 {format_ms(self.latency.p99_ms):>7} ms  {errors}  {server}{'' if self.stable else '  (not stable)'}"
         )
+
+    def table(self) -> str:
+        """The terminal report: what --json holds, in a few aligned lines."""
+        lines = [
+            f"{self.traffic} | {self.target} | {self.protocol} | measured {self.measured_s:.1f} s over {self.windows} window(s), "
+            + ("stable" if self.stable else "NOT stable (spread above --stability)"),
+            f"  {self.throughput_rps:.1f} req/s, {self.rows_per_s:.1f} rows/s"
+            + (f"; sends late by > 10 ms: {self.late_sends} (max lag {self.max_send_lag_ms:.1f} ms)" if self.open_loop else ""),
+            f"  {'class':<11}{'sent':>7}{'ok':>7}{'rejected':>9}{'timeout':>8}{'other':>7}"
+            f"{'p50':>8}{'p90':>8}{'p95':>8}{'p99':>8}{'max':>8}  (ms, successful requests)",
+        ]  # fmt: skip
+        lines.append(_class_row("all", self.sent, self.outcomes, self.latency))
+        if set(self.per_priority) != {0}:
+            lines += [_class_row(f"priority {level}", c.sent, c.outcomes, c.latency) for level, c in sorted(self.per_priority.items())]
+        if self.server:
+            lines.append(f"  {'server':<11}{'requests':>9}{'execs':>7}{'avg batch':>10}{'queue ms':>9}{'compute ms':>11}"
+                         f"{'cache hits':>11}{'failures':>9}  executed batch sizes (size:executions)")  # fmt: skip
+            for name, w in self.server.items():
+                histogram = " ".join(f"{size}:{count}" for size, count in sorted(w.batch_executions.items())) or "-"
+                queue, compute = format_ms(w.average_queue_ms), format_ms(w.average_compute_ms)
+                averages = f"{format_ms(w.average_batch_size, '.2f'):>10}{queue:>9}{compute:>11}"
+                lines.append(f"  {name:<11}{w.requests:>9}{w.executions:>7}{averages}{w.cache_hits:>11}{w.failures:>9}  {histogram}")
+        answered = sum(self.run_outcomes.values())
+        lines.append(f"  whole run, warm-up included: {self.run_sent} sent, {answered} answered"
+                     + "".join(f", {k} {v}" for k, v in sorted(self.run_outcomes.items())))  # fmt: skip
+        return "\n".join(lines)
+
+
+def _class_row(name: str, sent: int, outcomes: dict[str, int], latency: LatencySummary) -> str:
+    known = (OK, "rejected", "timeout")
+    other = sum(count for outcome, count in outcomes.items() if outcome not in known)
+    percentiles = (latency.p50_ms, latency.p90_ms, latency.p95_ms, latency.p99_ms, latency.max_ms)
+    figures = "".join(f"{format_ms(value):>8}" for value in percentiles)
+    return (f"  {name:<11}{sent:>7}{outcomes.get(OK, 0):>7}{outcomes.get('rejected', 0):>9}{outcomes.get('timeout', 0):>8}{other:>7}"
+            + figures)  # fmt: skip
 
 
 def summarise_classes(priorities: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict[int, ClassResult]:
@@ -136,3 +183,15 @@ def summarise_classes(priorities: np.ndarray, outcomes: list[str], latencies: np
             throughput_rps=float(ok.sum() / seconds) if seconds else 0.0,
         )
     return classes
+
+
+def summarise_lengths(
+    labels: list[str], tokens: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float
+) -> tuple[dict[str, ClassResult], float | None]:
+    """Per length class (a class whose requests all failed has no latency, like a priority
+    class), and the real tokens/s of the successful requests (None: nothing was sent)."""
+    names = sorted(set(labels))
+    codes = np.array([names.index(label) for label in labels], dtype=int)
+    per_class = {names[code]: result for code, result in summarise_classes(codes, outcomes, latencies, seconds).items()}
+    ok = np.asarray([outcome == OK for outcome in outcomes], dtype=bool)
+    return per_class, (float(tokens[ok].sum() / seconds) if len(ok) and seconds else None)

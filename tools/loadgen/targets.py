@@ -36,6 +36,7 @@ class Target:
     outputs: tuple[str, ...]
     make_inputs: Callable[[object, int], list]
     describe: str = ""
+    inputs: tuple[str, ...] = ()  # input names the requests carry
     rows_per_request: int = 1
     extra: dict = field(default_factory=dict)
     # Request index -> (length class, tokens), for results per class and useful tokens/s;
@@ -59,7 +60,7 @@ def embed_target(texts_per_request: int = 1, repeat_share: float = 0.0, model: s
         tensor.set_data_from_numpy(array)
         return [tensor]
 
-    return Target(model, ("EMBEDDING",), make_inputs, f"{model}: {texts_per_request} mixed text(s)/request", texts_per_request)
+    return Target(model, ("EMBEDDING",), make_inputs, f"{model}: {texts_per_request} mixed text(s)/request", ("TEXT",), texts_per_request)
 
 
 def token_tensors(module, ids, mask=None) -> list:
@@ -83,9 +84,8 @@ def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int
     def make_inputs(module, index: int) -> list:
         return token_tensors(module, ids, mask)
 
-    return Target(
-        model, ("EMBEDDING",), make_inputs, f"{model}: 1 x {sequence_length} tokens/request", 1, {"sequence_length": sequence_length}
-    )
+    describe = f"{model}: 1 x {sequence_length} tokens/request"
+    return Target(model, ("EMBEDDING",), make_inputs, describe, ("INPUT_IDS", "ATTENTION_MASK"), 1, {"sequence_length": sequence_length})
 
 
 def mixed_target(mix: LengthMix | None = None, model: str = "embed", seed: int = 0, tokenizer_path: Path = DEFAULT_TOKENIZER) -> Target:
@@ -109,4 +109,33 @@ def mixed_target(mix: LengthMix | None = None, model: str = "embed", seed: int =
         text = issued.pop(index)
         return text.length_class, text.tokens
 
-    return Target(model, ("EMBEDDING",), make_inputs, f"{model}: mixed lengths ({texts.mix.describe()})", 1, {}, request_class)
+    describe = f"{model}: mixed lengths ({texts.mix.describe()})"
+    return Target(model, ("EMBEDDING",), make_inputs, describe, ("TEXT",), 1, {}, request_class)
+
+
+def check_target(http_url: str, target: Target) -> None:
+    """Refuse, with the reason, a model the server does not serve or that cannot take these
+    requests, before any load starts: otherwise every request fails and the statistics API
+    answers 400 in the middle of the measurement."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        try:
+            ready = client.is_model_ready(target.model)
+            config = client.get_model_config(target.model) if ready else None
+        except InferenceServerException as exc:
+            raise ValueError(f"model {target.model!r} on the server at {http_url}: {exc.message()}") from None
+    finally:
+        client.close()
+    if config is None:
+        raise ValueError(f"model {target.model!r} is not ready on the server at {http_url} (not in its repository, or not loaded)")
+    inputs = {tensor["name"] for tensor in config.get("input", [])}
+    outputs = {tensor["name"] for tensor in config.get("output", [])}
+    missing = [name for name in target.inputs if name not in inputs] + [name for name in target.outputs if name not in outputs]
+    if missing:
+        raise ValueError(
+            f"model {target.model!r} has inputs {sorted(inputs)} and outputs {sorted(outputs)}; these requests send "
+            f"{list(target.inputs)} and read {list(target.outputs)} (texts for an ensemble like embed, token ids for an encoder)"
+        )

@@ -101,14 +101,20 @@ def parse_priority_mix(text: str) -> dict[int, float]:
 
 def load_trace(path: Path) -> tuple[float, ...]:
     """Arrival offsets in seconds, one per line ('#' comments allowed)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read the trace file {path}: {exc.strerror or exc}") from None
     values = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
         if line:
             try:
                 values.append(float(line))
             except ValueError:
                 raise ValueError(f"{path}:{number}: {line!r} is not a number of seconds") from None
+            if values[-1] < 0:
+                raise ValueError(f"{path}:{number}: an arrival offset cannot be negative ({line})")
     if not values:
         raise ValueError(f"{path} holds no arrival offsets")
     return tuple(values)

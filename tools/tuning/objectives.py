@@ -8,7 +8,8 @@ Presets for the three common situations:
 - `latency-first` (chat): the lowest mean p99 over the levels, if all meet the SLO.
 - `throughput-first` (offline bulk): the most throughput at any error-free level.
 - `mixed`: priority-1 p99 meets the SLO at a level; the most total throughput there.
-A level with errors other than none never counts as feasible.
+A level with errors other than none never counts as feasible, and neither does a level
+with no successful request: it has no p99 (None), which is no value, not 0 ms.
 """
 
 from __future__ import annotations
@@ -25,38 +26,43 @@ class Score:
     feasible: bool
     value: float  # larger is better
     throughput_rps: float
-    p99_ms: float
+    p99_ms: float | None  # None: no level had a successful request (always a number when feasible)
     reason: str = ""
 
 
 def _clean(result: LoadResult) -> bool:
-    return result.sent > 0 and result.error_count == 0 and result.late_sends <= 0.01 * result.sent
+    return result.sent > 0 and result.latency.p99_ms is not None and result.error_count == 0 and result.late_sends <= 0.01 * result.sent
 
 
 def _meets(result: LoadResult, p99_ms: float, objective: str) -> bool:
+    latency = result.latency
     if objective == "mixed":
         interactive = result.per_priority.get(1)
-        return interactive is not None and interactive.latency.count > 0 and interactive.latency.p99_ms <= p99_ms
-    return result.latency.p99_ms <= p99_ms
+        latency = interactive.latency if interactive is not None else None
+    return latency is not None and latency.p99_ms is not None and latency.p99_ms <= p99_ms
+
+
+def _worst_p99(results: list[LoadResult]) -> float | None:
+    """The highest p99 among levels that have one."""
+    return max((r.latency.p99_ms for r in results if r.latency.p99_ms is not None), default=None)
 
 
 def score(results: list[LoadResult], p99_ms: float, objective: str = "throughput-slo") -> Score:
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     if not results:
-        return Score(False, float("-inf"), 0.0, 0.0, "not measured")
+        return Score(False, float("-inf"), 0.0, None, "not measured")
     clean = [r for r in results if _clean(r)]
     if objective == "throughput-first":
         feasible = clean
     else:
         feasible = [r for r in clean if _meets(r, p99_ms, objective)]
     if not feasible:
-        worst = max(results, key=lambda r: r.latency.p99_ms)
-        reason = "errors or late sends at every level" if not clean else f"p99 above {p99_ms:g} ms at every level"
-        return Score(False, float("-inf"), 0.0, worst.latency.p99_ms, reason)
+        reason = "errors, late sends or no successful request at every level" if not clean else f"p99 above {p99_ms:g} ms at every level"
+        return Score(False, float("-inf"), 0.0, _worst_p99(results), reason)
     if objective == "latency-first":
         if len(feasible) < len(results):
-            return Score(False, float("-inf"), 0.0, max(r.latency.p99_ms for r in results), "SLO missed at some level")
+            return Score(False, float("-inf"), 0.0, _worst_p99(results), "SLO missed at some level")
         mean_p99 = sum(r.latency.p99_ms for r in results) / len(results)
         best = max(results, key=lambda r: r.throughput_rps)
         return Score(True, -mean_p99, best.throughput_rps, mean_p99)

@@ -32,7 +32,7 @@ def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
                 "key": c.key, "max_batch_size": c.max_batch_size, "preferred": " ".join(map(str, c.preferred)),
                 "delay_us": c.delay_us, "instances": c.instances, "priority_queues": c.priority_queues, "runs": trial.runs,
                 "feasible": trial.score.feasible,
-                "score_throughput_rps": round(trial.score.throughput_rps, 2), "score_p99_ms": round(trial.score.p99_ms, 2),
+                "score_throughput_rps": round(trial.score.throughput_rps, 2), "score_p99_ms": _round(trial.score.p99_ms),
                 "error": trial.error,
             }  # fmt: skip
             for result in trial.results or [{}]:
@@ -42,14 +42,19 @@ def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
                     | {
                         "traffic": result.get("traffic", ""),
                         "throughput_rps": round(result.get("throughput_rps", 0.0), 2),
-                        "p50_ms": round(result.get("latency", {}).get("p50_ms", 0.0), 2),
-                        "p99_ms": round(result.get("latency", {}).get("p99_ms", 0.0), 2),
+                        "p50_ms": _round(result.get("latency", {}).get("p50_ms")),
+                        "p99_ms": _round(result.get("latency", {}).get("p99_ms")),
                         "errors": sum(v for k, v in result.get("outcomes", {}).items() if k != "ok"),
-                        "avg_batch": round(server.get("average_batch_size", 0.0), 2),
-                        "queue_ms": round(server.get("average_queue_ms", 0.0), 2),
-                        "compute_ms": round(server.get("average_compute_ms", 0.0), 2),
+                        "avg_batch": _round(server.get("average_batch_size")),
+                        "queue_ms": _round(server.get("average_queue_ms")),
+                        "compute_ms": _round(server.get("average_compute_ms")),
                     }
                 )
+
+
+def _round(value: float | None) -> float | None:
+    """A figure for the CSV; None (an empty cell) where there was nothing to measure."""
+    return None if value is None else round(value, 2)
 
 
 def plot_trials(trials: list[Trial], winner: Trial | None, folder: Path, model: str, p99_ms: float) -> list[Path]:
@@ -63,8 +68,9 @@ def plot_trials(trials: list[Trial], winner: Trial | None, folder: Path, model: 
     for trial in trials:
         if not trial.results:
             continue
-        throughput = [r["throughput_rps"] for r in trial.results]
-        p99 = [r["latency"]["p99_ms"] for r in trial.results]
+        # a level without successful requests has no p99 (None): it has no point on the plot
+        points = [(r["throughput_rps"], r["latency"]["p99_ms"]) for r in trial.results if r["latency"]["p99_ms"] is not None]
+        throughput, p99 = [x for x, _ in points], [y for _, y in points]
         style = {"linewidth": 2.5, "color": "black"} if trial is winner else {"alpha": 0.55}
         axis.plot(throughput, p99, marker="o", label=trial.candidate.key if trial is winner else None, **style)
     axis.axhline(p99_ms, color="red", linestyle="--", label=f"SLO p99 {p99_ms:g} ms")

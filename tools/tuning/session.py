@@ -96,7 +96,7 @@ class Tuner:
             results = self.measure()
             trial = Trial(candidate, score(results, self.p99_ms, self.objective), [r.to_dict() for r in results])
         except (ReloadError, ValueError) as exc:
-            trial = Trial(candidate, Score(False, float("-inf"), 0.0, 0.0, "failed to load"), error=str(exc))
+            trial = Trial(candidate, Score(False, float("-inf"), 0.0, None, "failed to load"), error=str(exc))
         trial.seconds = time.perf_counter() - started
         self.checkpoint.add(trial)
         return trial

@@ -3,14 +3,23 @@
 Preferred batch sizes are always derived together with max_batch_size (never above
 it), so a candidate can never be one Triton refuses to load, a failure users report
 from tools that sweep the two independently.
+
+Thread counts are written explicitly with the instance count: NVIDIA's native ONNX
+Runtime backend gives every instance all cores when `intra_op_thread_count` is unset, so
+a config that leaves it out runs differently there than on a machine whose cores were
+shared out. A candidate keeps the base config's core budget (instances x threads, or this
+machine's cores when the base does not say) and divides it among its instances.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import asdict, dataclass, field
 
 from tools.model_config import ModelConfig, batching_problems, has_priority_queues, without_priority_queues
+from tools.variant import INTRA_OP_THREADS as THREADS
+from tools.variant import is_accelerated
 
 
 @dataclass(frozen=True, order=True)
@@ -105,12 +114,7 @@ def apply_candidate(base: ModelConfig, candidate: Candidate) -> ModelConfig:
     batcher.max_queue_delay_microseconds = candidate.delay_us
     if not candidate.priority_queues:
         config = without_priority_queues(config)
-    if not config.instance_group:
-        config.instance_group.add()
-    for group in config.instance_group:
-        group.count = candidate.instances
-    # threads per instance: the local backend shares the cores out among the instances
-    # unless `intra_op_thread_count` is set (tools/backends/onnxruntime)
+    config = with_instances(config, candidate.instances)
     warmups = [w for w in config.model_warmup if w.batch_size <= candidate.max_batch_size]
     del config.model_warmup[:]
     config.model_warmup.extend(warmups)
@@ -126,3 +130,40 @@ def candidate_of(config: ModelConfig) -> Candidate:
     batcher = config.dynamic_batching
     delay = batcher.max_queue_delay_microseconds
     return Candidate(config.max_batch_size, tuple(batcher.preferred_batch_size), delay, instances, has_priority_queues(config))
+
+
+def machine_cores() -> int:
+    """Cores this process may run on (a container's or taskset's limit, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def instance_count(config: ModelConfig) -> int:
+    return sum(group.count or 1 for group in config.instance_group) or 1
+
+
+def core_budget(config: ModelConfig) -> int:
+    """Cores the config's instances use together: instances x `intra_op_thread_count` when
+    the config states it (> 0), else every core of this machine."""
+    text = config.parameters[THREADS].string_value if THREADS in config.parameters else ""
+    threads = int(text) if text.isdigit() else 0
+    return threads * instance_count(config) if threads > 0 else machine_cores()
+
+
+def with_instances(base: ModelConfig, count: int, budget: int | None = None) -> ModelConfig:
+    """A copy with `count` instances per group; on ONNX Runtime models, the core budget (the
+    base's by default) divided among all instances, written as `intra_op_thread_count` (>= 1)."""
+    if count < 1:
+        raise ValueError("an instance count must be >= 1")
+    budget = core_budget(base) if budget is None else budget
+    config = ModelConfig()
+    config.CopyFrom(base)
+    if not config.instance_group:
+        config.instance_group.add()
+    for group in config.instance_group:
+        group.count = count
+    if is_accelerated(config):
+        config.parameters[THREADS].string_value = str(max(1, budget // instance_count(config)))
+    return config

@@ -14,6 +14,17 @@ Bad input fails only its own request, with INVALID_ARG (HTTP 400) and the offend
 byte. A text is cut to `max_text_chars` characters before tokenizing: the model reads
 at most a few hundred tokens, and tokenizing megabytes to keep 256 of them would let
 one huge request hold the step (and every request queued behind it) for seconds.
+
+Hot path: `encode_batch_fast` (no character offsets, which nothing here reads) on
+unpadded texts, then one vectorised fill of the padded id and mask arrays (padding in
+the library built a Python list per row for ids and again for masks). In-process, on
+4,096 mixed texts (70% of 5-30 words, 30% of 120-180) in execute() calls of 16 requests,
+old/new median over 7 interleaved repetitions: 1.32x and 1.54x in two runs (2-core AMD
+EPYC, 2026-12); tokenizing itself is most of what is left. Every policy shares this path:
+the fill is done once at the widest width of the call, and a request padded narrower takes
+the prefix of its rows' columns. The `batch` policy pads as the library's `enable_padding`
+does, checked row for row by tests/unit/test_tokenizer_backend.py (buckets and request
+padding there too).
 """
 
 import json
@@ -21,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from padding_policy import PaddingPolicy, pad_rows
+from padding_policy import PaddingPolicy, longest_per_request, pad_rows
 from tokenizers import Tokenizer
 
 
@@ -41,8 +52,13 @@ def _invalid_argument(message: str):
 
 def _decode_texts(raw: np.ndarray) -> list[str]:
     """TYPE_STRING arrives as bytes objects; reject non-UTF-8 with the offending position."""
+    items = raw.reshape(-1).tolist()
+    try:
+        return [item.decode("utf-8") for item in items]
+    except (UnicodeDecodeError, AttributeError):  # find the culprit (or a str) item by item
+        pass
     texts = []
-    for index, item in enumerate(raw.reshape(-1)):
+    for index, item in enumerate(items):
         data = item if isinstance(item, bytes) else str(item).encode()
         try:
             texts.append(data.decode("utf-8"))
@@ -65,8 +81,11 @@ class TritonPythonModel:
         padding = self.tokenizer.padding
         if not self.tokenizer.truncation or not padding:
             raise pb_utils.TritonModelException("tokenizer.json lacks truncation or padding settings; re-run `make export`")
-        self.pad_id = padding["pad_id"]
-        self.tokenizer.no_padding()  # each request is padded to its policy's width below
+        if str(padding.get("direction", "right")).lower() != "right":
+            raise pb_utils.TritonModelException(f"tokenizer.json pads on the {padding['direction']}; this step pads on the right")
+        self.pad_id = int(padding["pad_id"])
+        self.tokenizer.no_padding()  # each request is padded to its policy's width in execute()
+        self.encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # _fast: tokenizers >= 0.21
         parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
         try:
             self.policy = PaddingPolicy.from_parameters(parameters)
@@ -78,24 +97,30 @@ class TritonPythonModel:
         responses: list = [None] * len(requests)
         texts: list[str] = []
         owners: list[tuple[int, int, int]] = []  # (request index, first text, text count)
+        limit = self.max_text_chars
         for index, request in enumerate(requests):
-            raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
             try:
-                decoded = _decode_texts(raw)
+                decoded = _decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy())
             except ValueError as exc:
                 responses[index] = pb_utils.InferenceResponse(error=_invalid_argument(str(exc)))
                 continue
             owners.append((index, len(texts), len(decoded)))
-            texts.extend(text[: self.max_text_chars] for text in decoded)
-        if not texts:
+            texts.extend(text if len(text) <= limit else text[:limit] for text in decoded)
+        if not owners:
             return responses
 
-        rows = [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
-        widths = self.policy.widths([max((len(row) for row in rows[first : first + count]), default=0) for _, first, count in owners])
+        rows = [encoding.ids for encoding in self.encode(texts)]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        widths = self.policy.widths(longest_per_request(lengths, [count for _, _, count in owners]))
+        # one fill at the widest width; a narrower request takes its columns' prefix
+        input_ids, attention_mask = pad_rows(rows, max(widths), self.pad_id, lengths)
+        full = input_ids.shape[1]
         for (index, first, count), width in zip(owners, widths):
-            input_ids, attention_mask = pad_rows(rows[first : first + count], width, self.pad_id)
+            ids, mask = input_ids[first : first + count], attention_mask[first : first + count]
+            if width < full:
+                ids, mask = np.ascontiguousarray(ids[:, :width]), np.ascontiguousarray(mask[:, :width])
             responses[index] = pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("INPUT_IDS", input_ids), pb_utils.Tensor("ATTENTION_MASK", attention_mask)]
+                output_tensors=[pb_utils.Tensor("INPUT_IDS", ids), pb_utils.Tensor("ATTENTION_MASK", mask)]
             )
         if not self.policy.sends_by_width:
             return responses

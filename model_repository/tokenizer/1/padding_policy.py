@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -93,11 +94,25 @@ class PaddingPolicy:
         return self.mode != "batch"
 
 
-def pad_rows(rows: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """INPUT_IDS and ATTENTION_MASK (INT64, [len(rows), width]) for unpadded token id rows."""
+def longest_per_request(lengths: np.ndarray, counts: Sequence[int]) -> list[int]:
+    """Each request's longest text (0 for a request without texts), from every text's token
+    count in request order and each request's text count: one vectorised reduction."""
+    if not counts:
+        return []
+    starts = np.concatenate(([0], np.cumsum(counts[:-1], dtype=np.int64)))
+    # a trailing 0 keeps the start of an empty last request in range; empty requests are masked
+    longest = np.maximum.reduceat(np.append(lengths, 0), starts)
+    return np.where(np.asarray(counts) > 0, longest, 0).tolist()
+
+
+def pad_rows(rows: Sequence[Sequence[int]], width: int, pad_id: int, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """INPUT_IDS and ATTENTION_MASK (INT64, [len(rows), width]) for unpadded token id rows no
+    longer than `width`, right-padded with `pad_id` (what the library's `enable_padding` gives),
+    filled in one vectorised step: the library's own padding built a Python list per row for
+    ids and again for masks, and a per-row loop here would cost as much."""
+    if lengths is None:
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    real = np.arange(width) < lengths[:, None]
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for row, tokens in enumerate(rows):
-        ids[row, : len(tokens)] = tokens
-        mask[row, : len(tokens)] = 1
-    return ids, mask
+    ids[real] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return ids, real.astype(np.int64)

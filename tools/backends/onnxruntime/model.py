@@ -7,9 +7,14 @@ of the batch into one session run (padding the sequence axis to the longest requ
 so ragged batches work too) and splits the outputs back per request.
 
 One bad request must not fail its batch-mates: ids that index an embedding table are
-checked against the table's size before the run (a 400 naming the input and value),
-and when a joined run still fails, each request is run alone so only the offending
-one gets the error.
+checked against the table's size, and the sequence length against the position table's,
+before the run (a 400 naming the input and the limit); when a joined run still fails,
+each request is run alone so only the offending one gets the error. The same checks
+apply on the ragged split path below.
+
+Threads follow the native backend's parameters (`intra_op_thread_count`,
+`inter_op_thread_count`; unset or 0 is ONNX Runtime's default, every core), so one config
+runs the same here and in NVIDIA's container; configs set them explicitly.
 
 With the config parameter `ragged_split: "cost"` (the ragged padding policy, inputs with
 `allow_ragged_batch`), an execution's rows are sorted by real length and split into the
@@ -20,7 +25,6 @@ Triton custom metrics (padding_metrics.py).
 """
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -28,7 +32,7 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from padding_metrics import PaddingCounters
-from ragged import CostModel, CostTracker, SplitExecution, calibrate
+from ragged import CALIBRATION_SHAPES, CostModel, CostTracker, SplitExecution, calibrate
 
 _NUMPY_TYPES = {
     "TYPE_FP32": np.float32,
@@ -48,15 +52,23 @@ def _error(message: str, invalid_argument: bool = False):
     return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
-def _lookup_bounds(path: Path) -> dict[str, int]:
+def _constant(name: str, graph, producers: dict) -> np.ndarray | None:
+    """The value of an initializer or a Constant node's output (None when computed)."""
+    from onnx import numpy_helper
+
+    for init in graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    node = producers.get(name)
+    if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
+
+
+def _lookup_bounds(graph) -> dict[str, int]:
     """Graph inputs used directly as Gather indices into an initializer (an embedding
     table): input name -> number of rows. ONNX Runtime reads a negative index from the
     end of the table and refuses one past it mid-batch, so both are checked up front."""
-    try:
-        import onnx
-    except ImportError:  # optional: without it, only the run-time isolation applies
-        return {}
-    graph = onnx.load(str(path), load_external_data=False).graph
     inputs = {item.name for item in graph.input}
     tables = {init.name: int(init.dims[0]) for init in graph.initializer if init.dims}
     bounds: dict[str, int] = {}
@@ -67,19 +79,82 @@ def _lookup_bounds(path: Path) -> dict[str, int]:
     return bounds
 
 
-def _cpu_instances(config: dict) -> int:
-    return sum(int(group.get("count", 1) or 1) for group in config.get("instance_group", []) if group.get("kind") != "KIND_GPU") or 1
+_PASS_THROUGH = {"Unsqueeze", "Squeeze", "Cast", "Identity", "Reshape"}
+
+
+def _input_axis(name: str, graph, producers: dict) -> tuple[str, int] | None:
+    """The graph input and axis whose size the value `name` carries: `Gather(Shape(input), axis)`,
+    seen through reshaping and casts (how exporters turn a sequence length into a tensor)."""
+    inputs = {item.name for item in graph.input}
+    node = producers.get(name)
+    while node is not None and node.op_type in _PASS_THROUGH:
+        node = producers.get(node.input[0])
+    if node is None or node.op_type != "Gather" or len(node.input) != 2:
+        return None
+    shape = producers.get(node.input[0])
+    index = _constant(node.input[1], graph, producers)
+    if shape is None or shape.op_type != "Shape" or shape.input[0] not in inputs or index is None or index.size != 1:
+        return None
+    start = next((int(a.i) for a in shape.attribute if a.name == "start"), 0)
+    return shape.input[0], start + int(index.reshape(-1)[0])
+
+
+def _position_limit(graph) -> tuple[str, int, int] | None:
+    """(input, axis, positions) for a position-embedding table: a Gather from an initializer
+    whose indices are a Range, or a Slice of a constant position-id buffer, ending at an
+    input's dimension. A longer sequence would index past the table and fail inside ONNX
+    Runtime as an internal error (a broadcast mismatch), so it is checked up front."""
+    producers = {output: node for node in graph.node for output in node.output}
+    tables = {init.name: int(init.dims[0]) for init in graph.initializer if init.dims}
+    found: tuple[str, int, int] | None = None
+    for node in graph.node:
+        if node.op_type != "Gather" or len(node.input) != 2 or node.input[0] not in tables:
+            continue
+        source = producers.get(node.input[1])
+        if source is None or source.op_type not in ("Slice", "Range") or len(source.input) < 3:
+            continue
+        limit = tables[node.input[0]]
+        if source.op_type == "Slice":  # positions[:, :length]: the buffer can be shorter than the table
+            buffer = _constant(source.input[0], graph, producers)
+            if buffer is None:
+                continue
+            limit = min(limit, int(buffer.shape[-1]))
+        axis = _input_axis(source.input[2] if source.op_type == "Slice" else source.input[1], graph, producers)
+        if axis is not None and (found is None or limit < found[2]):
+            found = (*axis, limit)
+    return found
+
+
+def _inspect(path: Path) -> tuple[dict[str, int], tuple[str, int, int] | None]:
+    """Lookup bounds and the position limit of the graph at `path` (read once, weights left out)."""
+    try:
+        import onnx
+    except ImportError:  # optional: without it, only the run-time isolation applies
+        return {}, None
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return _lookup_bounds(graph), _position_limit(graph)
+
+
+def _thread_count(config: dict, key: str) -> int:
+    """A thread-count parameter as the native backend reads it; unset means 0 (ONNX Runtime's default)."""
+    text = config.get("parameters", {}).get(key, {}).get("string_value", "0")
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise pb_utils.TritonModelException(f"parameter {key} must be a whole number >= 0 (0: every core), got {text!r}")
+    return value
 
 
 def _session_options(config: dict) -> ort.SessionOptions:
-    """Threads per session: `intra_op_thread_count` if set, else the core budget
-    (OMP_NUM_THREADS, or every core) shared out among the CPU instances: each instance
-    taking the whole budget would have two instances fight over the same cores."""
+    """Threads per session exactly as NVIDIA's native backend sets them from the same config:
+    `intra_op_thread_count` / `inter_op_thread_count`, 0 or unset leaving ONNX Runtime's
+    default (every core, per instance). The committed and tuned configs set them."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    explicit = config.get("parameters", {}).get("intra_op_thread_count", {}).get("string_value")
-    budget = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
-    options.intra_op_num_threads = int(explicit) if explicit else max(1, budget // _cpu_instances(config))
+    options.intra_op_num_threads = _thread_count(config, "intra_op_thread_count")
+    options.inter_op_num_threads = _thread_count(config, "inter_op_thread_count")
     return options
 
 
@@ -124,7 +199,10 @@ class TritonPythonModel:
         unknown = [name for name, _ in self.inputs if name not in session_inputs]
         if unknown:
             raise pb_utils.TritonModelException(f"config inputs {unknown} are not inputs of {path.name}: {sorted(session_inputs)}")
-        self.bounds = _lookup_bounds(path)
+        bounds, positions = _inspect(path)
+        names = {name for name, _ in self.inputs}  # only what requests carry can be checked
+        self.bounds = {name: rows for name, rows in bounds.items() if name in names}
+        self.positions = positions if positions and positions[0] in names else None
         self.mask_input = next((name for name, _ in self.inputs if "MASK" in name.upper()), None)
         self.counters = PaddingCounters(pb_utils, {"model": args["model_name"], "version": args["model_version"]})
         self.split_cost, self.split_max_rows = self._split_settings(config)
@@ -149,7 +227,7 @@ class TritonPythonModel:
         pinned = cost is not None
         source = "pinned by the config"
         if cost is None:
-            cost, samples = calibrate(self._run_shape)
+            cost, samples = calibrate(self._run_shape, self._calibration_shapes())
             source = "calibrated on " + ", ".join(f"{rows}x{length}: {seconds * 1000:.1f} ms" for rows, length, seconds in samples)
             source += "; refitted from served runs"
         pb_utils.Logger.log_info(f"ragged_split: cost curve {cost.describe()} ({source})")
@@ -165,11 +243,23 @@ class TritonPythonModel:
         if moved:
             self._logged_break_even = model.break_even_tokens
 
+    def _calibration_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The calibration shapes cut to the model's position table: a longer run would fail
+        (the exported MiniLM's 512 positions hold them all)."""
+        limit = self.positions[2] if self.positions else None
+        shapes = CALIBRATION_SHAPES if limit is None else [(rows, min(length, limit)) for rows, length in CALIBRATION_SHAPES]
+        return tuple(dict.fromkeys(shapes))
+
     def _run_shape(self, rows: int, length: int) -> None:
         self.session.run(self.outputs, {name: np.ones((rows, length), dtype=dtype) for name, dtype in self.inputs})
 
     def _check(self, arrays: dict[str, np.ndarray]) -> str | None:
         """Why one request's inputs cannot run (None when they can)."""
+        if self.positions:
+            name, axis, limit = self.positions
+            shape = arrays[name].shape
+            if len(shape) > axis and shape[axis] > limit:
+                return f"{name} holds {shape[axis]} tokens, more than the model's {limit} positions (its maximum sequence length)"
         for name, rows in self.bounds.items():
             array = arrays[name]
             if array.size and (array.min() < 0 or array.max() >= rows):

@@ -1,0 +1,1 @@
+"""OpenAI-compatible embeddings gateway in front of Triton (`python -m gateway`)."""

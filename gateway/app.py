@@ -1,0 +1,211 @@
+"""The ASGI app: OpenAI's `/v1/embeddings` and `/v1/models` in front of Triton's `embed`.
+
+Clients post JSON once; the gateway talks binary gRPC to Triton, whose dynamic batcher
+still does the batching. Every answer other than 200 is an OpenAI error object
+(gateway.errors); `/health` is ready only when Triton says the model is, and `/metrics`
+exposes the gateway's own Prometheus metrics. Health, liveness and metrics need no API
+key (probes and scrapers carry none); the `/v1` routes do when keys are configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import AUTHENTICATION, INVALID_REQUEST, SERVER_ERROR, APIError, bad_request
+from gateway.metrics import GatewayMetrics
+from gateway.schema import parse_json, parse_request, render_response
+from gateway.settings import PRIORITIES, PRIORITY_HEADER, GatewaySettings
+from gateway.tokens import TokenCounter
+from gateway.triton import TritonEmbedder
+
+log = logging.getLogger("gateway")
+
+ROUTES = ("/v1/embeddings", "/v1/models", "/health", "/health/live", "/metrics")
+OPEN_ROUTES = ("/health", "/health/live", "/metrics")
+
+
+def json_response(body: dict | bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return Response(content, status, headers, media_type="application/json")
+
+
+class MetricsMiddleware:
+    """Counts and times every answer (errors and 404s included) by route template."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_recording(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording)
+        finally:
+            path = scope["path"]
+            route = path if path in ROUTES else "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
+            self.metrics.observe(route, scope["method"], status, time.perf_counter() - start)
+
+
+class Gateway:
+    """The handlers and what they share; `app` is the ASGI application."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.metrics = GatewayMetrics()
+        self.tokens = TokenCounter(settings.tokenizer_path)
+        self.embedder: TritonEmbedder | None = None
+        self.created = int(time.time())
+        self.app = Starlette(
+            routes=[
+                Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/health/live", self.live, methods=["GET"]),
+                Route("/metrics", self.metrics_route, methods=["GET"]),
+            ],
+            exception_handlers={APIError: self.on_api_error, HTTPException: self.on_http_error, Exception: self.on_unexpected},
+            lifespan=self.lifespan,
+        )
+        self.app.add_middleware(MetricsMiddleware, metrics=self.metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        self.embedder = TritonEmbedder(self.settings.triton_url, self.settings.triton_model, self.settings.retry_after_s)
+        log.info(
+            "gateway for Triton model %r at %s, served as %r",
+            self.settings.triton_model,
+            self.settings.triton_url,
+            self.settings.model_name,
+        )
+        try:
+            yield
+        finally:
+            await self.embedder.close()
+
+    # ---- errors -------------------------------------------------------------------
+    async def on_api_error(self, _request: Request, exc: APIError) -> Response:
+        self.metrics.error(exc.status, exc.code)
+        if exc.status >= 500:
+            log.warning("%s", exc)
+        return json_response(exc.body(), exc.status, exc.headers())
+
+    async def on_http_error(self, request: Request, exc: HTTPException) -> Response:
+        message = f"Unknown request URL: {request.method} {request.url.path}." if exc.status_code == 404 else str(exc.detail)
+        code = "unknown_url" if exc.status_code == 404 else "method_not_allowed" if exc.status_code == 405 else None
+        return await self.on_api_error(request, APIError(exc.status_code, message, INVALID_REQUEST, None, code))
+
+    async def on_unexpected(self, request: Request, _exc: Exception) -> Response:
+        """Starlette re-raises the exception after this answer, so the server logs its traceback."""
+        return await self.on_api_error(
+            request, APIError(500, "The server had an error processing your request.", SERVER_ERROR, None, "internal_error")
+        )
+
+    # ---- checks -------------------------------------------------------------------
+    def authorize(self, request: Request) -> None:
+        if not self.settings.api_keys:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise APIError(
+                401, "You didn't provide an API key; send 'Authorization: Bearer <key>'.", AUTHENTICATION, None, "missing_api_key"
+            )
+        key = key.strip().encode()
+        if not any(hmac.compare_digest(key, known.encode()) for known in self.settings.api_keys):
+            raise APIError(401, "Incorrect API key provided.", AUTHENTICATION, None, "invalid_api_key")
+
+    async def read_body(self, request: Request) -> bytes:
+        """The body, refused with 413 as soon as it passes the limit (declared or streamed)."""
+        limit = self.settings.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        too_long = APIError(413, f"The request body exceeds {limit} bytes.", INVALID_REQUEST, None, "request_too_large")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_long
+        parts, size = [], 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise too_long
+            parts.append(part)
+        return b"".join(parts)
+
+    def priority(self, request: Request) -> int:
+        value = request.headers.get(PRIORITY_HEADER, "bulk").strip().lower()
+        if value not in PRIORITIES:
+            raise bad_request(f"Header '{PRIORITY_HEADER}' must be one of {', '.join(PRIORITIES)}, not {value!r}.", PRIORITY_HEADER)
+        return PRIORITIES[value]
+
+    # ---- routes -------------------------------------------------------------------
+    async def embeddings(self, request: Request) -> Response:
+        self.authorize(request)
+        priority = self.priority(request)
+        body = parse_request(parse_json(await self.read_body(request)), self.settings.model_name, self.settings.max_inputs)
+        info = await self.embedder.info()
+        body.check_dimensions(info.dimensions)
+        vectors = await self.embedder.embed(body.encoded, priority, self.settings.request_timeout_s)
+        tokens = await self.tokens.count_async(body.texts)
+        self.metrics.inputs.inc(len(body.texts))
+        self.metrics.tokens.inc(tokens)
+        self.metrics.triton_requests.inc(-(-len(body.texts) // info.max_batch_size))
+        return json_response(render_response(body, vectors, tokens))
+
+    def model_card(self) -> dict:
+        return {"id": self.settings.model_name, "object": "model", "created": self.created, "owned_by": "triton"}
+
+    async def models(self, request: Request) -> Response:
+        self.authorize(request)
+        return json_response({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        self.authorize(request)
+        name = request.path_params["model"]
+        if name != self.settings.model_name:
+            raise APIError(404, f"The model '{name}' does not exist.", INVALID_REQUEST, "model", "model_not_found")
+        return json_response(self.model_card())
+
+    async def health(self, _request: Request) -> Response:
+        if not await self.embedder.ready():
+            raise APIError(
+                503,
+                f"Triton's model '{self.settings.triton_model}' at {self.settings.triton_url} is not ready.",
+                "service_unavailable",
+                None,
+                "triton_unavailable",
+                self.settings.retry_after_s,
+            )
+        return json_response({"status": "ready", "model": self.settings.model_name})
+
+    async def live(self, _request: Request) -> Response:
+        return json_response({"status": "live"})
+
+    async def metrics_route(self, _request: Request) -> Response:
+        content, media_type = self.metrics.exposition()
+        return Response(content, media_type=media_type)
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    return Gateway(settings).app

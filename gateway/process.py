@@ -1,0 +1,188 @@
+"""The gateway as a child process beside a Triton: for `make serve`, the tests and the benchmark.
+
+A separate process (`python -m gateway`), not a thread: its event loop and JSON work do
+not contend with the launcher's GIL, and it is stopped like a server (SIGTERM: uvicorn
+stops accepting and finishes the requests in flight; then SIGKILL). It runs in its own
+session, so a Ctrl-C in the terminal reaches the launcher only, which stops it in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from gateway.settings import DEFAULT_PORT
+from tools.local_triton import port_in_use
+from tools.paths import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+
+class GatewayStartError(RuntimeError):
+    """The gateway did not come up; the message says why (with its log tail when it has one)."""
+
+
+@dataclass
+class GatewayProcess:
+    triton_grpc_url: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    extra_args: tuple[str, ...] = ()
+    log_path: Path | None = None
+    env: dict[str, str] | None = None
+    process: subprocess.Popen | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--triton-url",
+            self.triton_grpc_url,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
+
+    def start(self, live_timeout_s: float = 60.0) -> GatewayProcess:
+        """Start and wait until it answers `/health/live` (Triton's readiness is `/health`'s business)."""
+        if port_in_use(self.host, self.port):
+            raise GatewayStartError(f"gateway port {self.port} on {self.host} is already in use; choose another with --gateway-port")
+        output: IO[bytes] | None = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115 - owned by the process
+        env = dict(self.env if self.env is not None else os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
+        self.process = subprocess.Popen(
+            self.command(), cwd=REPO_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT if output else None, start_new_session=True
+        )
+        try:
+            self.wait_live(live_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_live(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                raise GatewayStartError(f"the gateway exited with status {code} during start-up.{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health/live", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        raise GatewayStartError(f"the gateway did not answer within {timeout_s:.0f} s.{self.log_tail()}")
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """True once `/health` says Triton's model is ready through the gateway."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        return False
+
+    def restart_if_exited(self) -> bool:
+        """For a launcher's watch loop: a gateway that died is started again (True), with its
+        exit status logged; Triton keeps serving meanwhile."""
+        if self.process is None or self.process.poll() is None:
+            return False
+        log.error("the gateway exited with status %s; starting it again", self.process.returncode)
+        self.process = None
+        try:
+            self.start()
+        except GatewayStartError as exc:
+            log.error("%s", exc)
+        return True
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n--- last lines of the gateway log ---\n" + "\n".join(text[-lines:])
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            if process.poll() is not None:
+                break
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                log.warning("the gateway ignored %s for %.0f s", sig.name, wait)
+        return process.returncode
+
+    def __enter__(self) -> GatewayProcess:
+        if self.process is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+# ---- the hook for `python -m tools.serve` ---------------------------------------------
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gateway",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the OpenAI-compatible gateway (POST /v1/embeddings); --no-gateway: Triton only",
+    )
+    parser.add_argument("--gateway-port", type=int, default=DEFAULT_PORT, help="the gateway's port (default %(default)s)")
+    parser.add_argument(
+        "--gateway-args",
+        default=None,
+        help='local runtime only: more `python -m gateway` options, e.g. "--api-key-file KEYS" (Docker: GATEWAY_API_KEYS)',
+    )
+
+
+def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int) -> GatewayProcess | None:
+    """None with --no-gateway; refuses an unusable or taken port before anything starts.
+    The gateway binds where Triton binds and reaches Triton's gRPC port on loopback."""
+    if not args.gateway:
+        return None
+    if not 0 < args.gateway_port < 65536:
+        raise GatewayStartError(f"--gateway-port must be 1-65535, not {args.gateway_port}")
+    if port_in_use(host, args.gateway_port):
+        raise GatewayStartError(f"gateway port {args.gateway_port} on {host} is already in use; choose another with --gateway-port")
+    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(shlex.split(args.gateway_args or "")))
+
+
+def describe(gateway: GatewayProcess) -> tuple[str, ...]:
+    return (
+        f'OpenAI   {gateway.url}/v1   (try: curl {gateway.url}/v1/embeddings -d \'{{"model":"embed","input":"Hello"}}\')',
+        f"gateway metrics {gateway.url}/metrics",
+    )

@@ -1,0 +1,35 @@
+"""Locust run distributed (`--processes 2`) against the real Triton: the master's verdict
+sees the workers' successful requests."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from tools.local_triton import ServerOptions
+from tools.paths import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_run_with_worker_processes_judges_every_successful_request(triton: ServerOptions, tmp_path) -> None:
+    command = [sys.executable, "-m", "loadtest.run", "--no-start", "--run-time", "6", "--users", "4", "--report-dir", str(tmp_path)]
+    command += ["--triton-http-url", triton.http_url, "--triton-grpc-url", triton.grpc_url, "--interactive-weight", "1"]
+    # Generous SLOs: this test checks the machinery, not this (shared, noisy) machine's speed.
+    command += ["--slo-interactive-p95-ms", "20000", "--slo-interactive-p99-ms", "20000", "--slo-bulk-p95-ms", "30000"]
+    command += ["--slo-bulk-p99-ms", "30000", "--", "--processes", "2"]
+    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "VERDICT: PASS" in completed.stdout
+
+    with (tmp_path / "locust_stats.csv").open() as handle:
+        succeeded = {(r["Type"], r["Name"]): int(r["Request Count"]) - int(r["Failure Count"]) for r in csv.DictReader(handle)
+                     if r["Name"] != "Aggregated"}  # fmt: skip
+    with (tmp_path / "locust_success_latency.csv").open() as handle:
+        recorded = {(r["Type"], r["Name"]): int(r["Count"]) for r in csv.DictReader(handle)}
+    assert sum(succeeded.values()) > 0
+    # The samples travel in the same worker reports as locust's counters: they match exactly.
+    assert recorded == {key: count for key, count in succeeded.items() if count}

@@ -1,0 +1,87 @@
+"""Gateway pieces that need no server: Triton error mapping, chunking, model checks, settings."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import orjson
+import pytest
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
+
+from gateway.errors import from_triton
+from gateway.schema import EmbeddingRequest, render_response
+from gateway.settings import GatewaySettings, SettingsError, keys_from, read_keys_file
+from gateway.triton import chunks, model_info
+from tools.model_config import load_config
+from tools.paths import MODEL_REPOSITORY
+
+
+@pytest.mark.parametrize(
+    ("message", "status", "expected", "code"),
+    [
+        ("[request id: <id_unknown>] Exceeds maximum queue size", "StatusCode.UNAVAILABLE", 429, "queue_full"),
+        ("Request timeout expired", "StatusCode.UNAVAILABLE", 504, "timeout"),
+        ("Deadline Exceeded", "StatusCode.DEADLINE_EXCEEDED", 504, "timeout"),
+        ("failed to connect to all addresses", "StatusCode.UNAVAILABLE", 503, "triton_unavailable"),
+        ("Request for unknown model: 'embed' is not found", "StatusCode.NOT_FOUND", 503, "triton_unavailable"),
+        ("in ensemble 'embed', TEXT[0] is not valid UTF-8", "StatusCode.INVALID_ARGUMENT", 400, "invalid_value"),
+        ("onnxruntime failed", "StatusCode.INTERNAL", 500, "triton_error"),
+    ],
+)
+def test_triton_errors_map_to_the_status_an_openai_client_acts_on(message: str, status: str, expected: int, code: str) -> None:
+    error = from_triton(InferenceServerException(message, status), retry_after_s=2)
+    assert (error.status, error.code) == (expected, code)
+    assert message in error.message
+    assert ("Retry-After" in error.headers()) == (expected in (429, 503))
+
+
+def test_chunks_cover_every_row_once_in_order() -> None:
+    parts = chunks(70, 32)
+    assert parts == [slice(0, 32), slice(32, 64), slice(64, 70)]
+    assert chunks(32, 32) == [slice(0, 32)]
+
+
+def test_model_info_reads_the_committed_ensemble() -> None:
+    info = model_info(load_config(MODEL_REPOSITORY / "embed"))
+    assert (info.input_name, info.output_name, info.dimensions, info.max_batch_size) == ("TEXT", "EMBEDDING", 384, 32)
+
+
+def test_a_model_without_a_text_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a text embedding model"):
+        model_info(load_config(MODEL_REPOSITORY / "encoder"))
+    unbatched = model_config_pb2.ModelConfig()
+    unbatched.CopyFrom(load_config(MODEL_REPOSITORY / "embed"))
+    unbatched.max_batch_size = 0
+    with pytest.raises(ValueError, match="max_batch_size 0"):
+        model_info(unbatched)
+
+
+def test_base64_rows_are_little_endian_float32_as_the_openai_client_decodes() -> None:
+    vectors = np.array([[0.5, -1.25, 3.0]], dtype=np.float32)
+    request = EmbeddingRequest(["x"], [b"x"], "embed", "base64")
+    body = orjson.loads(render_response(request, vectors, 3))
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), dtype=np.float32), vectors[0])
+    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+
+
+def test_api_keys_come_from_a_private_file_or_the_environment(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# gateway keys\nalpha\n\n beta \n")
+    keys.chmod(0o600)
+    assert read_keys_file(keys) == {"alpha", "beta"}
+    keys.chmod(0o640)
+    with pytest.raises(SettingsError, match="readable by others"):
+        read_keys_file(keys)
+    assert keys_from(None, {"GATEWAY_API_KEYS": "a, b,"}) == {"a", "b"}
+    assert keys_from(None, {}) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"max_inputs": 0}, "--max-inputs"), ({"request_timeout_s": 0}, "--timeout"), ({"port": 70000}, "--port")],
+)
+def test_unusable_settings_are_refused_with_the_flag_named(change: dict, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        GatewaySettings(**change).validate()

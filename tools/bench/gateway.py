@@ -1,0 +1,472 @@
+"""`python -m tools.bench.gateway` (`make bench-gateway`): the OpenAI gateway's cost, measured.
+
+One run, one HTTP/JSON client (aiohttp, closed loop), the same texts for every target:
+- **gateway**: `POST /v1/embeddings` on the gateway, which talks gRPC to Triton;
+- **Triton HTTP/JSON**: `POST /v2/models/embed/infer` straight to the same Triton;
+- **infinity-emb** (when installed in its own virtual environment, `--infinity-venv`):
+  a dedicated embedding server users compare us with, on the same model folder, offline.
+
+Levels are interleaved (for each concurrency, each target in turn), so drift on a shared
+machine spreads over all targets instead of favouring one. Every text is unique (a
+counter suffix), so Triton's response cache never answers. Every server this command
+starts is stopped by its PID, also on Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from gateway.process import GatewayProcess
+from tools.loadgen.report import LatencySummary
+from tools.loadgen.targets import SAMPLE_TEXTS
+from tools.local_triton import free_ports
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.server_session import triton_endpoints
+
+log = logging.getLogger("bench.gateway")
+
+INFINITY_VENV = BUILD_DIR / "infinity-venv"
+INFINITY_VERSION = "0.0.78"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    body: Callable[[list[str]], dict]
+    vectors: Callable[[dict], np.ndarray]  # [n, d] from a decoded answer
+
+
+def openai_body(texts: list[str]) -> dict:
+    return {"model": "embed", "input": texts}
+
+
+def openai_vectors(answer: dict) -> np.ndarray:
+    return np.array([item["embedding"] for item in sorted(answer["data"], key=lambda item: item["index"])], dtype=np.float32)
+
+
+def gateway_target(base: str) -> Target:
+    return Target("gateway (OpenAI API -> gRPC)", f"{base}/v1/embeddings", openai_body, openai_vectors)
+
+
+def triton_target(http_url: str) -> Target:
+    def body(texts: list[str]) -> dict:
+        return {"inputs": [{"name": "TEXT", "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
+
+    def vectors(answer: dict) -> np.ndarray:
+        output = answer["outputs"][0]
+        return np.array(output["data"], dtype=np.float32).reshape(output["shape"])
+
+    return Target("Triton HTTP/JSON", f"http://{http_url}/v2/models/embed/infer", body, vectors)
+
+
+def infinity_target(base: str) -> Target:
+    return Target(f"infinity-emb {INFINITY_VERSION}", f"{base}/embeddings", openai_body, openai_vectors)
+
+
+@dataclass
+class Row:
+    target: str
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    rps: float
+    p50_ms: float | None
+    p99_ms: float | None
+
+
+class Texts:
+    """The same mixed English/Chinese texts for every target, each unique (no cache hits)."""
+
+    def __init__(self, per_request: int) -> None:
+        self.per_request = per_request
+        self.counter = 0
+        self.nonce = f"{os.getpid()}-{int(time.time())}"
+
+    def next(self) -> list[str]:
+        texts = []
+        for _ in range(self.per_request):
+            self.counter += 1
+            texts.append(f"{SAMPLE_TEXTS[self.counter % len(SAMPLE_TEXTS)]} #{self.nonce}-{self.counter}")
+        return texts
+
+
+async def fetch_vectors(target: Target, texts: list[str]) -> np.ndarray:
+    async with aiohttp.ClientSession() as session, session.post(target.url, json=target.body(texts)) as response:
+        return target.vectors(await response.json(content_type=None))
+
+
+def parity(targets: list[Target]) -> dict[str, float]:
+    """Min cosine of each target's embeddings to the first target's, on the sample texts:
+    a comparison of speed only means something between servers that compute the same thing."""
+    texts = list(SAMPLE_TEXTS)
+    reference = asyncio.run(fetch_vectors(targets[0], texts))
+    reference /= np.linalg.norm(reference, axis=1, keepdims=True)
+    result = {}
+    for target in targets:
+        vectors = asyncio.run(fetch_vectors(target, texts))
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        result[target.name] = round(float(np.min(np.sum(vectors * reference, axis=1))), 6)
+    return result
+
+
+async def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: float, seconds: float) -> Row:
+    """`concurrency` senders, each sending its next request when the last one answered;
+    the client decodes every answer (JSON) and checks it holds one embedding per text."""
+    latencies: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    measure_from = start + warmup_s
+    end = measure_from + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+        async def sender() -> None:
+            nonlocal errors
+            while (sent := time.perf_counter()) < end:
+                batch = texts.next()
+                try:
+                    async with session.post(target.url, json=target.body(batch)) as response:
+                        answer = await response.json(content_type=None)
+                        ok = response.status == 200 and len(target.vectors(answer)) == len(batch)
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
+                    ok = False
+                done = time.perf_counter()
+                if sent >= measure_from and done <= end:
+                    if ok:
+                        latencies.append(done - sent)
+                    else:
+                        errors += 1
+
+        await asyncio.gather(*(sender() for _ in range(concurrency)))
+    summary = LatencySummary.of(np.array(latencies)) if latencies else None
+    return Row(
+        target.name,
+        concurrency,
+        len(latencies),
+        errors,
+        seconds,
+        len(latencies) / seconds,
+        summary.p50_ms if summary else None,
+        summary.p99_ms if summary else None,
+    )
+
+
+# ---- servers --------------------------------------------------------------------------
+
+
+def wait_http_ok(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=3) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def model_folder() -> Path:
+    from export.source_model import default_model_dir
+
+    return Path(default_model_dir())
+
+
+EXPORT_ONNX = """
+import sys
+from optimum.exporters.onnx import main_export
+main_export(sys.argv[1], output=sys.argv[2], task="feature-extraction", no_post_process=True)
+"""
+
+
+def infinity_model_folder(venv: Path, engine: str) -> Path:
+    """The model folder for infinity. Its ONNX engine (optimum) needs a plain ONNX export
+    in the folder (hidden states out; our model.onnx pools inside the graph), so it gets a
+    copy of the folder, files linked, plus `model.onnx` exported once by optimum in
+    infinity's own environment (at the top: optimum matches the bare file name). The torch engine reads the folder as it is."""
+    source = model_folder()
+    if engine != "optimum":
+        return source
+    folder = BUILD_DIR / "infinity-model"
+    if (folder / "model.onnx").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if not (folder / item.name).exists():
+            (folder / item.name).symlink_to(item)
+    log.info("exporting the model to ONNX for infinity's optimum engine (once, into %s)", folder)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", EXPORT_ONNX, str(source), str(folder / "onnx")], env=env, capture_output=True, text=True
+    )
+    if result.returncode != 0 or not (folder / "onnx" / "model.onnx").is_file():
+        raise RuntimeError(f"optimum's ONNX export for infinity failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
+    (folder / "onnx" / "model.onnx").rename(folder / "model.onnx")
+    return folder
+
+
+class InfinityServer:
+    """`infinity_emb v2` from its own virtual environment, serving the model offline."""
+
+    def __init__(self, venv: Path, engine: str, log_path: Path) -> None:
+        self.binary = venv / "bin" / "infinity_emb"
+        self.engine = engine
+        self.log_path = log_path
+        (self.port,) = free_ports(1)
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float) -> str | None:
+        """None when ready, else why not (the row is then left out and the report says so)."""
+        if not self.binary.is_file():
+            venv = INFINITY_VENV.relative_to(REPO_ROOT)
+            return f"not installed ({self.binary} missing; `make infinity-venv` makes {venv})"
+        try:
+            folder = infinity_model_folder(self.binary.parent.parent, self.engine)
+        except RuntimeError as exc:
+            return str(exc)
+        command = [
+            str(self.binary), "v2", "--model-id", ".", "--served-model-name", "embed", "--engine", self.engine,
+            "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning",
+            "--pooling-method", "mean",  # the model's own (1_Pooling); infinity's optimum engine assumes CLS otherwise
+        ]  # fmt: skip
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", INFINITY_ANONYMOUS_USAGE_STATS="0", DO_NOT_TRACK="1")
+        log.info("starting infinity-emb (%s engine) on port %d (log: %s)", self.engine, self.port, self.log_path)
+        with open(self.log_path, "wb") as output:
+            # From inside the folder: infinity lists a local folder's files with absolute paths
+            # that optimum then fails to find; "." yields the relative paths it expects.
+            self.process = subprocess.Popen(command, cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        if wait_http_ok(f"{self.url}/health", timeout_s, self.process):
+            return None
+        tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        self.stop()
+        return f"did not start within {timeout_s:.0f} s ({tail[0][:200]})"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if process.poll() is not None:
+                break
+            try:
+                os.killpg(process.pid, sig)
+                process.wait(timeout=15)
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                log.warning("infinity-emb ignored %s", sig.name)
+
+
+# ---- the report -----------------------------------------------------------------------
+
+
+def cpu_description() -> dict:
+    model, flags = platform.processor(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return {"model": model, "cores": os.cpu_count(), "flags": [f for f in wanted if f in flags]}
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def ratio_lines(rows: list[Row], names: list[str], levels: list[int]) -> list[str]:
+    """The first target (the gateway) against each other one, level by level."""
+    by = {(row.target, row.concurrency): row for row in rows}
+    lines = []
+    for other in names[1:]:
+        cells = []
+        for level in levels:
+            ours, theirs = by.get((names[0], level)), by.get((other, level))
+            cells.append(f"x{ours.rps / theirs.rps:.2f} at {level}" if ours and theirs and theirs.rps else f"- at {level}")
+        lines.append(f"- {names[0]} / {other}, req/s: " + ", ".join(cells))
+    return lines
+
+
+def render(report: dict) -> str:
+    rows = [Row(**row) for row in report["rows"]]
+    cpu = report["cpu"]
+    lines = [
+        "# Gateway benchmark",
+        "",
+        f"`python -m tools.bench.gateway` on {report['date']}: {cpu['model']}",
+        f"({cpu['cores']} cores; {', '.join(cpu['flags']) or 'no AVX'}),",
+        f"load average {report['load_before']} before and {report['load_after']} after. One run; closed loop over HTTP/JSON with",
+        f"one aiohttp client sharing the machine with the servers; {report['texts_per_request']} unique mixed text(s) per request;",
+        f"{report['warmup_s']:g} s warm-up and {report['seconds']:g} s measured per row; targets interleaved per level.",
+        "",
+        "| target | concurrency | req/s | p50 ms | p99 ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in sorted(rows, key=lambda r: (report["targets"].index(r.target), r.concurrency)):
+        lines.append(f"| {row.target} | {row.concurrency} | {row.rps:.1f} | {fmt(row.p50_ms)} | {fmt(row.p99_ms)} | {row.errors} |")
+    lines += ["", *ratio_lines(rows, report["targets"], report["concurrency"])]
+    cosines = ", ".join(f"{name} {value:.6f}" for name, value in report["min_cosine_to_first"].items())
+    lines.append(f"- same embeddings: min cosine to the first target's on the sample texts: {cosines}")
+    for name, why in report["left_out"].items():
+        lines.append(f"- {name}: left out, {why}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- the command ----------------------------------------------------------------------
+
+
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("concurrency levels must be at least 1")
+    return levels
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.gateway", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--concurrency", type=parse_levels, default=[1, 16, 64], help="closed-loop levels (default 1,16,64)")
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per target and level")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds sent before measuring, per target and level")
+    parser.add_argument("--texts-per-request", type=int, default=1)
+    parser.add_argument("--infinity-venv", type=Path, default=INFINITY_VENV, help="virtual environment with infinity-emb (its own)")
+    parser.add_argument("--infinity-engine", default="optimum", help="infinity's engine: optimum (ONNX Runtime) or torch")
+    parser.add_argument("--no-infinity", action="store_true", help="leave infinity-emb out")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-gateway")
+    add_verbosity_flags(parser)
+    return parser
+
+
+def validate(args: argparse.Namespace) -> None:
+    if args.seconds <= 0 or args.warmup < 0:
+        raise ValueError("--seconds must be positive and --warmup not negative")
+    if args.texts_per_request < 1:
+        raise ValueError("--texts-per-request must be at least 1")
+
+
+def measure(args: argparse.Namespace) -> dict:
+    args.out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
+    left_out: dict[str, str] = {}
+    with triton_endpoints(None) as endpoints:
+        gateway = GatewayProcess(endpoints.grpc_url, port=free_ports(1)[0], log_path=args.out / "gateway.log").start()
+        infinity = None if args.no_infinity else InfinityServer(args.infinity_venv, args.infinity_engine, args.out / "infinity.log")
+        try:
+            if not gateway.wait_ready(60):
+                raise RuntimeError(f"the gateway never saw Triton ready{gateway.log_tail()}")
+            targets = [gateway_target(gateway.url), triton_target(endpoints.http_url)]
+            if infinity is not None:
+                problem = infinity.start(timeout_s=300)
+                if problem:
+                    left_out[infinity_target("").name] = problem
+                    log.warning("infinity-emb left out: %s", problem)
+                else:
+                    targets.append(infinity_target(infinity.url))
+            cosines = parity(targets)
+            log.info("min cosine to the gateway's embeddings: %s", cosines)
+            texts = Texts(args.texts_per_request)
+            rows = []
+            for level in args.concurrency:
+                order = targets[level % len(targets) :] + targets[: level % len(targets)]  # who goes first varies
+                for target in order:
+                    row = asyncio.run(closed_loop(target, level, texts, args.warmup, args.seconds))
+                    log.info(
+                        "%-32s c=%-3d %7.1f req/s  p50 %s ms  p99 %s ms  errors %d",
+                        row.target,
+                        level,
+                        row.rps,
+                        fmt(row.p50_ms),
+                        fmt(row.p99_ms),
+                        row.errors,
+                    )
+                    rows.append(row)
+        finally:
+            if infinity is not None:
+                infinity.stop()
+            gateway.stop()
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu_description(),
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "concurrency": args.concurrency,
+        "seconds": args.seconds,
+        "warmup_s": args.warmup,
+        "texts_per_request": args.texts_per_request,
+        "targets": [t.name for t in targets],
+        "left_out": left_out,
+        "min_cosine_to_first": cosines,
+        "rows": [asdict(row) for row in rows],
+    }
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    try:
+        validate(args)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        report = measure(args)
+    except KeyboardInterrupt:
+        log.error("interrupted; every server this run started was stopped")
+        return 130
+    except (RuntimeError, OSError) as exc:
+        log.error("%s", exc)
+        return 1
+    (args.out / "report.json").write_text(json.dumps(report, indent=2))
+    (args.out / "report.md").write_text(render(report))
+    print(render(report))
+    log.info("wrote %s", args.out / "report.md")
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
