@@ -25,6 +25,7 @@ from typing import IO
 from gateway.settings import DEFAULT_PORT
 from tools.local_triton import port_in_use
 from tools.paths import REPO_ROOT
+from tools.process_group import stop_process_group, wait_for_http_ok
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +96,7 @@ class GatewayProcess:
 
     def wait_ready(self, timeout_s: float) -> bool:
         """True once `/health` says Triton's model is ready through the gateway."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.2)
-        return False
+        return wait_for_http_ok(f"{self.url}/health", timeout_s)
 
     def restart_if_exited(self) -> bool:
         """For a launcher's watch loop: a gateway that died is started again (True), with its
@@ -129,18 +121,7 @@ class GatewayProcess:
         process, self.process = self.process, None
         if process is None:
             return None
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            if process.poll() is not None:
-                break
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                log.warning("the gateway ignored %s for %.0f s", sig.name, wait)
-        return process.returncode
+        return stop_process_group(process, ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)), "the gateway")
 
     def __enter__(self) -> GatewayProcess:
         if self.process is None:

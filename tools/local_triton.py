@@ -29,6 +29,7 @@ from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
 from tools.interrupts import server_stopped, server_stopping, watch_server
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+from tools.process_group import stop_process_group
 from tools.repository_check import missing_artifacts
 from tools.triton_console import start_forwarding
 
@@ -338,21 +339,8 @@ class LocalTriton:
         if process is None:
             return None
         server_stopping(process.pid)  # a second signal now kills the group instead of interrupting this
-        for sig, grace in ((signal.SIGINT, self.options.exit_timeout_s + 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            if process.poll() is not None:
-                break
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                log.warning("tritonserver ignored %s for %s s", sig.name, grace)
-        try:  # stubs left behind in the group (should not happen) go as well
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        steps = ((signal.SIGINT, self.options.exit_timeout_s + 10), (signal.SIGTERM, 10), (signal.SIGKILL, 10))
+        stop_process_group(process, steps, "tritonserver")
         console = getattr(self, "_console", None)
         if console is not None:
             console.join(timeout=5)  # Triton's last lines before ours

@@ -24,8 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from tools.loadgen.targets import SAMPLE_TEXTS
 from tools.local_triton import free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.process_group import stop_process_group, wait_for_http_ok
 from tools.server_session import triton_endpoints
 
 log = logging.getLogger("bench.gateway")
@@ -174,21 +173,6 @@ async def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: 
 # ---- servers --------------------------------------------------------------------------
 
 
-def wait_http_ok(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(url, timeout=3) as response:
-                if response.status == 200:
-                    return True
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
-    return False
-
-
 def model_folder() -> Path:
     from export.source_model import default_model_dir
 
@@ -258,7 +242,7 @@ class InfinityServer:
             # From inside the folder: infinity lists a local folder's files with absolute paths
             # that optimum then fails to find; "." yields the relative paths it expects.
             self.process = subprocess.Popen(command, cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-        if wait_http_ok(f"{self.url}/health", timeout_s, self.process):
+        if wait_for_http_ok(f"{self.url}/health", timeout_s, self.process, interval_s=0.5):
             return None
         tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         self.stop()
@@ -270,18 +254,8 @@ class InfinityServer:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if process.poll() is not None:
-                break
-            try:
-                os.killpg(process.pid, sig)
-                process.wait(timeout=15)
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                log.warning("infinity-emb ignored %s", sig.name)
+        if process is not None:
+            stop_process_group(process, ((signal.SIGTERM, 15.0),), "infinity-emb")
 
 
 # ---- the report -----------------------------------------------------------------------
