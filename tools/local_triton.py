@@ -84,7 +84,8 @@ class TritonInstallation:
 def assemble_backends(installation: TritonInstallation, destination: Path) -> Path:
     """Build the `--backend-directory`: the wheel's Python backend with the stub for the
     running interpreter, plus each Python-based backend of ours (one folder per backend
-    holding a `model.py`). Rebuilt on every start, so edits to our backends apply."""
+    holding a `model.py` and the modules it imports). Rebuilt on every start, so edits to
+    our backends apply."""
     if destination.exists():
         shutil.rmtree(destination)
     python_dir = destination / "python"
@@ -98,7 +99,8 @@ def assemble_backends(installation: TritonInstallation, destination: Path) -> Pa
         if (backend / "model.py").is_file():
             target = destination / backend.name
             target.mkdir()
-            shutil.copy2(backend / "model.py", target / "model.py")
+            for module in backend.glob("*.py"):
+                shutil.copy2(module, target / module.name)
     return destination
 
 

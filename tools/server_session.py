@@ -25,6 +25,7 @@ class Endpoints:
     http_url: str
     grpc_url: str
     headers: dict[str, str] | None = None  # for the model-control API (the admin key), when restricted
+    metrics_url: str | None = None  # Prometheus endpoint; known for a server started here
 
     def url_for(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
@@ -62,4 +63,4 @@ def triton_endpoints(
     log_path = BUILD_DIR / f"triton-{http}.log"
     log.info("starting a local Triton on ports %d/%d/%d (log: %s)", http, grpc, metrics, log_path)
     with LocalTriton(options, log_path=log_path).start() as server:
-        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_headers)
+        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_headers, server.options.metrics_url)

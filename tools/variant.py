@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
+from tools.length_policy import gpu_variant_problem
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import CONFIG_NAME, ModelConfig, batching_problems, format_config, load_config
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -59,6 +60,9 @@ def variant_config(config: ModelConfig, kind: str) -> ModelConfig:
     result.CopyFrom(config)
     if not is_accelerated(config):
         return result
+    ragged = gpu_variant_problem(config)
+    if ragged:
+        raise VariantError(ragged)
     groups = result.instance_group or [result.instance_group.add()]
     for group in groups:
         group.kind = group.KIND_GPU

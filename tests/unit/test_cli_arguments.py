@@ -25,6 +25,11 @@ BAD = [
     (["tools.loadgen", "--burst-rate", "100", *NOWHERE], "--burst-rate alternates with --rate"),
     (["tools.loadgen", "--seq-len", "0", "--model", "encoder", *NOWHERE], "--seq-len"),
     (["tools.loadgen", "--priority-mix", "1:0.5", *NOWHERE], "add up to 1"),
+    (["tools.loadgen", "--texts", "mixed", "--model", "encoder", *NOWHERE], "--texts mixed sends texts: use it with the embed model"),
+    (["tools.loadgen", "--texts", "mixed", "--texts-per-request", "4", *NOWHERE], "--texts mixed sends one text per request"),
+    (["tools.loadgen", "--texts", "mixed", "--passage-share", "1.5", *NOWHERE], "--passage-share must be within 0..1"),
+    (["tools.loadgen", "--texts", "mixed", "--short-tokens", "30-5", *NOWHERE], "--short-tokens: short token range 30-5"),
+    (["tools.loadgen", "--texts", "mixed", "--long-tokens", "long", *NOWHERE], "--long-tokens: token range 'long' is not LOW-HIGH"),
     (["tools.tune", "--p99-ms", "-5", *NOWHERE], "--p99-ms"),
     (["tools.tune", "--p99-ms", "50", "--max-trials", "0", *NOWHERE], "--max-trials must be at least 1"),
     (["tools.tune", "--p99-ms", "50", "--window", "0", *NOWHERE], "--window"),
@@ -38,7 +43,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(argv[:3]) for argv, _ in BAD])
+@pytest.mark.parametrize("argv, message", BAD, ids=[" ".join(arg for arg in argv if arg not in NOWHERE) for argv, _ in BAD])
 def test_a_bad_invocation_exits_2_with_a_message_before_starting_anything(argv: list[str], message: str) -> None:
     done = subprocess.run([sys.executable, "-m", *argv], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -13,7 +13,7 @@ import pytest
 from tools.adaptive.replay import Phase, Records, window_figures
 from tools.adaptive.report import best_static, phase_summary, render_markdown, verdict
 from tools.bench.render import render_markdown as render_bench
-from tools.loadgen.report import ClassResult, LatencySummary, LoadResult, ServerWindow, summarise_classes
+from tools.loadgen.report import ClassResult, LatencySummary, LoadResult, ServerWindow, summarise_classes, summarise_lengths
 from tools.overload import LevelRow, OverloadResult, markdown_table
 from tools.soak import SoakReport, Window
 from tools.stats import ModelStats
@@ -46,6 +46,17 @@ def test_a_class_whose_requests_were_all_rejected_has_no_latency() -> None:
     assert classes[1].latency.p50_ms == pytest.approx(15.0)
     assert classes[2].latency.count == 0 and classes[2].latency.p50_ms is None
     assert classes[2].outcomes == {"rejected": 3} and classes[2].throughput_rps == 0.0
+
+
+def test_a_length_class_whose_requests_all_failed_has_no_latency_and_no_useful_tokens() -> None:
+    labels = ["short", "long", "short", "long"]
+    outcomes = ["ok", "timeout", "ok", "timeout"]
+    per_class, useful = summarise_lengths(labels, np.array([10, 200, 20, 180]), outcomes, np.array([0.01, 2.0, 0.03, 2.0]), 2.0)
+    assert per_class["short"].latency.p50_ms == pytest.approx(20.0)
+    assert per_class["long"].latency.count == 0 and all(getattr(per_class["long"].latency, name) is None for name in FIGURES)
+    assert per_class["long"].outcomes == {"timeout": 2}
+    assert useful == pytest.approx(15.0), "only the answered requests' tokens count"
+    assert summarise_lengths([], np.array([], dtype=int), [], np.array([]), 2.0) == ({}, None), "nothing sent: no rate"
 
 
 def test_the_terminal_table_shows_a_dash_for_a_class_without_latency() -> None:

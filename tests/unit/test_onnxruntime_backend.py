@@ -3,9 +3,9 @@ fake of Triton's Python-backend module.
 
 The behaviour is checked on a tiny ONNX graph built here with the encoder's structure
 (word and position embedding tables, masked sum), not on the exported MiniLM: its outputs
-are computed exactly in numpy, so row splitting and padding are checked value by value,
-and a variant of it reaches the run-time failure path that the exported model's up-front
-checks no longer let through. The exported model is used where only it can answer: that
+are computed exactly in numpy, so row splitting and padding (the ragged split's sub-runs
+too) are checked value by value, and a variant of it reaches the run-time failure path
+that the exported model's up-front checks no longer let through. The exported model is used where only it can answer: that
 the limits the backend derives from a real export are the right ones."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
 from tests.unit import fake_pb_utils as fake
+from tools.length_policy import policy_configs
 from tools.model_config import load_config, to_override_json
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 
@@ -180,3 +181,110 @@ def test_the_exported_encoder_yields_its_vocabulary_and_position_limits(backend)
     bounds, positions = backend._inspect(path)
     assert bounds == {"INPUT_IDS": 30522}
     assert positions == ("INPUT_IDS", 1, 512)
+
+
+# Ragged split (the `ragged` padding policy): 10 us per run and 1 us per token, pinned, so the
+# plan is known in advance: rows of 2-3 tokens and rows of 10-12 tokens go to separate runs.
+PINNED_SPLIT = {"split_cost_per_run_us": "10", "split_cost_per_token_us": "1"}
+
+
+def ragged_config(pinned: bool = True, **parameters: str) -> dict:
+    """The encoder config the ragged policy writes (tools.length_policy), with the tiny graph's width."""
+    _, config = policy_configs(MODEL_REPOSITORY, "ragged")
+    del config.output[0].dims[:]
+    config.output[0].dims.append(WIDTH)
+    for key, value in {**(PINNED_SPLIT if pinned else {}), **parameters}.items():
+        config.parameters[key].string_value = value
+    return json.loads(to_override_json(config))
+
+
+@pytest.fixture
+def make_ragged_encoder(monkeypatch, tmp_path):
+    backend = fake.load_model(BACKEND, monkeypatch, metrics=True)
+
+    def make(checked_lookup: bool = True, pinned: bool = True, **parameters: str):
+        version = tmp_path / ("checked" if checked_lookup else "unchecked") / "1"
+        version.mkdir(parents=True, exist_ok=True)
+        save(tiny_encoder(checked_lookup), str(version / "model.onnx"))
+        model = backend.TritonPythonModel()
+        model.initialize(fake.initialize_args(ragged_config(pinned, **parameters), version.parent))
+        return model
+
+    return make
+
+
+def padded(lengths: list[int], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random ids right-padded to `width` (pad id 0) with the mask of each row's real length."""
+    ids = np.zeros((len(lengths), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(1, VOCABULARY, size=length)
+        mask[row, :length] = 1
+    return ids, mask
+
+
+def answered(requests: list[fake.Request]) -> list[int]:
+    """Request positions in the order their (single, final) responses left."""
+    assert all(len(request.sent) == 1 for request in requests), "one final response per request"
+    return [position for _, position in sorted((request.sent[0][0], position) for position, request in enumerate(requests))]
+
+
+def test_a_ragged_execution_answers_every_request_exactly_with_short_requests_first(make_ragged_encoder) -> None:
+    model = make_ragged_encoder()
+    inputs = [padded([11, 12], 12), padded([2], 2), padded([10, 3], 10), padded([3, 2], 3)]
+    requests = [token_request(ids, mask) for ids, mask in inputs]
+    assert model.execute(requests) is None, "answered through the response senders"
+    for request, (ids, mask) in zip(requests, inputs):
+        np.testing.assert_allclose(request.response.output("EMBEDDING"), expected(ids, mask), rtol=1e-5, atol=1e-5)
+    order = answered(requests)
+    assert set(order[:2]) == {1, 3}, "the requests of short rows only leave with the first run"
+    assert set(order[2:]) == {0, 2}, "a request with one long row waits for the long run"
+    families = fake.MetricFamily.families
+    real = sum(int(mask.sum()) for _, mask in inputs)
+    assert families["ort_tokens_real_total"].metrics[0].value() == real
+    # runs: [2, 2, 3, 3] at width 3 (2 padding tokens), [10, 11, 12] at width 12 (3 padding tokens)
+    assert families["ort_tokens_padding_total"].metrics[0].value() == 5
+    assert families["ort_session_runs_total"].metrics[0].value() == 2
+    assert families["ort_ragged_executions_total"].metrics[0].value() == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (token_request([[1, VOCABULARY, 2]]), f"INPUT_IDS holds {VOCABULARY}, outside the embedding table's range 0..{VOCABULARY - 1}"),
+        (
+            token_request(rng.integers(0, VOCABULARY, size=(1, POSITIONS + 1))),
+            f"INPUT_IDS holds {POSITIONS + 1} tokens, more than the model's {POSITIONS} positions (its maximum sequence length)",
+        ),
+    ],
+    ids=["vocabulary", "positions"],
+)
+def test_the_vocabulary_and_position_checks_refuse_a_request_on_the_ragged_path_too(make_ragged_encoder, bad, message: str) -> None:
+    model = make_ragged_encoder()
+    inputs = [padded([3], 3), padded([9, 4], 9)]
+    requests = [token_request(*inputs[0]), bad, token_request(*inputs[1])]
+    model.execute(requests)
+    assert answered(requests)[0] == 1, "refused before anything runs"
+    assert bad.response.error().code() == fake.TritonError.INVALID_ARG
+    assert bad.response.error().message() == message
+    for request, (ids, mask) in zip((requests[0], requests[2]), inputs):
+        np.testing.assert_allclose(request.response.output("EMBEDDING"), expected(ids, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_a_failure_inside_onnx_runtime_on_the_ragged_path_fails_only_its_request(make_ragged_encoder) -> None:
+    model = make_ragged_encoder(checked_lookup=False)
+    good = [padded([2], 2), padded([3, 2], 3)]
+    broken = token_request([[1, VOCABULARY + 5, 2]])
+    requests = [token_request(*good[0]), broken, token_request(*good[1])]
+    model.execute(requests)
+    assert broken.response.error().code() == fake.TritonError.INVALID_ARG
+    assert broken.response.error().message().startswith("ONNX Runtime failed:")
+    for request, (ids, mask) in zip((requests[0], requests[2]), good):
+        np.testing.assert_allclose(request.response.output("EMBEDDING"), expected(ids, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_without_pinned_terms_the_cost_curve_is_calibrated_within_the_position_table_at_load(make_ragged_encoder) -> None:
+    model = make_ragged_encoder(pinned=False)
+    assert model.split_cost.adaptive, "a calibrated curve is refitted from served runs"
+    (line,) = [line for level, line in fake.Logger.lines if level == "info" and "calibrated on" in line]
+    assert f"1x{POSITIONS}:" in line and "1x16:" not in line, "no calibration run is longer than the model's positions"

@@ -1,6 +1,8 @@
 """The tokenizer step's execute() (model_repository/tokenizer/1/model.py) against a fake of
 Triton's Python-backend module: one padded length per call, each request's own rows in
-order, and a bad request failing alone. The library's own padding is the reference."""
+order, and a bad request failing alone; under the buckets and request policies each
+request's own width, answered through the response senders narrowest first; every policy
+tokenizes a call in one library call. The library's own padding is the reference."""
 
 from __future__ import annotations
 
@@ -135,3 +137,80 @@ def test_a_text_is_cut_to_max_text_chars_before_tokenizing(make_tokenizer) -> No
 def test_a_missing_tokenizer_file_fails_the_load_naming_it(make_tokenizer) -> None:
     with pytest.raises(fake.TritonModelException, match=r"tokenizer file not found: .*absent\.json; run `make export`"):
         make_tokenizer(tokenizer_file="absent.json")
+
+
+def reference_at(texts: list[str], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The library's padding of these texts to a fixed width."""
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_JSON))
+    padding = tokenizer.padding
+    tokenizer.enable_padding(pad_id=padding["pad_id"], pad_token=padding["pad_token"], length=width)
+    encodings = tokenizer.encode_batch(texts)
+    return np.array([e.ids for e in encodings], dtype=np.int64), np.array([e.attention_mask for e in encodings], dtype=np.int64)
+
+
+def token_count(text: str) -> int:
+    return int(reference([text], 1)[1].sum())
+
+
+def sent_in_order(requests: list[fake.Request]) -> list[tuple[int, fake.InferenceResponse]]:
+    """(request position, response) in the order the responses left, each request answered once."""
+    assert all(len(request.sent) == 1 for request in requests), "one final response per request"
+    return [(position, sent[1]) for sent, position in sorted((request.sent[0], position) for position, request in enumerate(requests))]
+
+
+@pytest.mark.parametrize("policy", ["buckets", "request"])
+def test_bucket_and_request_padding_give_each_request_its_own_width_with_the_librarys_ids(make_tokenizer, policy: str) -> None:
+    model = make_tokenizer(padding=policy)
+    groups = [[TEXTS[2], TEXTS[0]], [TEXTS[0]], [TEXTS[4]], [TEXTS[3], TEXTS[5]]]
+    requests = [text_request(*group) for group in groups]
+    assert model.execute(requests) is None, "answered through the response senders"
+    for group, request in zip(groups, requests):
+        longest = max(token_count(text) for text in group)
+        width = model.policy.widths([longest])[0]
+        assert width == (longest if policy == "request" else next(b for b in (16, 32, 64, 128, 256) if longest <= b))
+        ids, mask = reference_at(group, width)
+        np.testing.assert_array_equal(request.response.output("INPUT_IDS"), ids)
+        np.testing.assert_array_equal(request.response.output("ATTENTION_MASK"), mask)
+        assert request.response.output("INPUT_IDS").flags["C_CONTIGUOUS"]
+
+
+def test_buckets_send_responses_narrowest_first_and_a_bad_request_before_them(make_tokenizer) -> None:
+    model = make_tokenizer(padding="buckets")
+    requests = [text_request(TEXTS[4]), text_request(TEXTS[2]), text_request(b"\xff"), text_request(TEXTS[0])]
+    model.execute(requests)
+    order = sent_in_order(requests)
+    assert [position for position, _ in order] == [2, 3, 1, 0]
+    assert order[0][1].error().code() == fake.TritonError.INVALID_ARG
+    assert [response.output("INPUT_IDS").shape[1] for _, response in order[1:]] == [16, 32, 256]
+
+
+def test_bucket_boundaries_come_from_the_config(make_tokenizer) -> None:
+    model = make_tokenizer(padding="buckets", length_buckets="8,24,256")
+    texts = ["short", TEXTS[5], TEXTS[2], TEXTS[4]]
+    requests = [text_request(text) for text in texts]
+    model.execute(requests)
+    widths = [request.response.output("INPUT_IDS").shape[1] for request in requests]
+    assert widths == [next(b for b in (8, 24, 256) if token_count(text) <= b) for text in texts]
+    assert widths[0] == 8 and widths[-1] == 256 and len(set(widths)) >= 2
+
+
+@pytest.mark.parametrize("policy", ["batch", "buckets", "request"])
+def test_every_policy_tokenizes_a_call_in_one_library_call(make_tokenizer, policy: str) -> None:
+    """The lean hot path: one `encode_batch_fast` over every text of the execution, whatever the policy."""
+    model = make_tokenizer(padding=policy)
+    calls = []
+    fast = model.encode
+
+    def counted(texts):
+        calls.append(len(texts))
+        return fast(texts)
+
+    model.encode = counted
+    model.execute([text_request(*group) for group in split(TEXTS, [2, 1, 3])])
+    assert calls == [len(TEXTS)]
+    assert fast.__name__ == "encode_batch_fast"
+
+
+def test_an_unknown_padding_policy_fails_the_load_naming_it(make_tokenizer) -> None:
+    with pytest.raises(fake.TritonModelException, match="tokenizer config: padding 'fixed' is not one of batch, buckets, request"):
+        make_tokenizer(padding="fixed")

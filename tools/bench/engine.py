@@ -20,11 +20,12 @@ import numpy as np
 from tools.loadgen.report import LatencySummary
 
 
-def open_session(model_path: Path):
+def open_session(model_path: Path, threads: int | None = None):
+    """A CPU session with `threads` intra-op threads (default: OMP_NUM_THREADS, or every core)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
+    options.intra_op_num_threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 

@@ -7,7 +7,7 @@ batching figures over the same window.
 
 from tools.loadgen.measure import Measurement, run_load
 from tools.loadgen.report import LatencySummary, LoadResult
-from tools.loadgen.targets import Target, embed_target, encoder_target
+from tools.loadgen.targets import Target, embed_target, encoder_target, mixed_target
 from tools.loadgen.traffic import Traffic
 
-__all__ = ["LatencySummary", "LoadResult", "Measurement", "Target", "Traffic", "embed_target", "encoder_target", "run_load"]
+__all__ = ["LatencySummary", "LoadResult", "Measurement", "Target", "Traffic", "embed_target", "encoder_target", "mixed_target", "run_load"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from tools.loadgen.measure import Measurement
-from tools.loadgen.targets import Target, embed_target, encoder_target
+from tools.loadgen.mixed_texts import LengthMix, parse_token_range
+from tools.loadgen.targets import Target, embed_target, encoder_target, mixed_target
 from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
 
 
@@ -25,6 +26,13 @@ def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "em
     target.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     target.add_argument("--seq-len", type=int, default=128, help="tokens per request for the encoder (default %(default)s)")
     target.add_argument("--texts-per-request", type=int, default=1, help="rows per embed request")
+    target.add_argument(
+        "--texts", choices=("samples", "mixed"), default="samples",
+        help="embed texts: short samples (3-40 tokens), or mixed queries and passages (tools/loadgen/mixed_texts.py)",
+    )  # fmt: skip
+    target.add_argument("--passage-share", type=float, default=0.3, help="--texts mixed: share of passages (default %(default)s)")
+    target.add_argument("--short-tokens", default="5-30", help="--texts mixed: query length range in tokens (default %(default)s)")
+    target.add_argument("--long-tokens", default="100-256", help="--texts mixed: passage length range in tokens (default %(default)s)")
     load = parser.add_argument_group("traffic (closed loop: --concurrency; open loop: --rate or --trace)")
     load.add_argument("--concurrency", type=lambda t: number_list(t, int), default=None,
                       help=f"comma list, e.g. 1,4,16 (default {default_concurrency} unless --rate or --trace)")  # fmt: skip
@@ -75,6 +83,12 @@ def check_load_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--seq-len must be at least 1 token, got {args.seq_len}")
     if args.texts_per_request < 1:
         raise ValueError(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
+    if args.texts == "mixed":
+        if args.model.startswith("encoder"):
+            raise ValueError(f"--texts mixed sends texts: use it with the embed model, not --model {args.model}")
+        if args.texts_per_request != 1:
+            raise ValueError(f"--texts mixed sends one text per request, got --texts-per-request {args.texts_per_request}")
+        length_mix_from_args(args)
     traffics_from_args(args)
     measurement_from_args(args)
 
@@ -82,9 +96,30 @@ def check_load_arguments(args: argparse.Namespace) -> None:
 def target_from_args(args: argparse.Namespace, model: str | None = None) -> Target:
     """Requests for `model` (default --model): token ids for an encoder, texts otherwise."""
     model = model or args.model
+    mixed = getattr(args, "texts", "samples") == "mixed"
     if model.startswith("encoder"):
+        if mixed:
+            raise ValueError("--texts mixed sends texts: use it with the embed model")
         return encoder_target(args.seq_len, model=model)
+    if mixed:
+        if args.texts_per_request != 1:
+            raise ValueError("--texts mixed sends one text per request")
+        return mixed_target(length_mix_from_args(args), model=model)
     return embed_target(args.texts_per_request, model=model)
+
+
+def length_mix_from_args(args: argparse.Namespace) -> LengthMix:
+    """--passage-share, --short-tokens and --long-tokens as a LengthMix (ValueError naming the option)."""
+    if not 0.0 <= args.passage_share <= 1.0:  # NaN fails too
+        raise ValueError(f"--passage-share must be within 0..1, got {args.passage_share:g}")
+    ranges = []
+    for option, text in (("--short-tokens", args.short_tokens), ("--long-tokens", args.long_tokens)):
+        try:
+            ranges.append(parse_token_range(text))
+            LengthMix(short_tokens=ranges[-1])  # the range rules live in LengthMix
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
+    return LengthMix(args.passage_share, *ranges)
 
 
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:

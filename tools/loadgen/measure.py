@@ -17,7 +17,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.loadgen.report import OK, LatencySummary, LoadResult, ServerWindow, classify_error, format_ms, summarise_classes
+from tools.loadgen.report import (
+    OK,
+    LatencySummary,
+    LoadResult,
+    ServerWindow,
+    classify_error,
+    format_ms,
+    summarise_classes,
+    summarise_lengths,
+)
 from tools.loadgen.targets import Target
 from tools.loadgen.traffic import Traffic
 from tools.stats import ModelStats
@@ -56,14 +65,18 @@ class _Log:
     done: list[float] = field(default_factory=list)
     outcome: list[str] = field(default_factory=list)
     priority: list[int] = field(default_factory=list)
+    length_class: list[str] = field(default_factory=list)  # "" when the target has no classes
+    tokens: list[int] = field(default_factory=list)
     late: int = 0
     max_lag: float = 0.0
 
-    def add(self, sent: float, done: float, outcome: str, priority: int) -> None:
+    def add(self, sent: float, done: float, outcome: str, priority: int, length_class: str = "", tokens: int = 0) -> None:
         self.sent.append(sent)
         self.done.append(done)
         self.outcome.append(outcome)
         self.priority.append(priority)
+        self.length_class.append(length_class)
+        self.tokens.append(tokens)
 
 
 def _aio_module(protocol: str):
@@ -126,7 +139,8 @@ class _Engine:
         except Exception as exc:  # tritonclient raises InferenceServerException; transport errors too
             message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
             outcome = classify_error(message or type(exc).__name__)
-        self.entries.add(started, time.perf_counter(), outcome, int(priority))
+        length_class, tokens = self.target.request_class(index) if self.target.request_class else ("", 0)
+        self.entries.add(started, time.perf_counter(), outcome, int(priority), length_class, tokens)
 
     async def closed_loop_sender(self, client) -> None:
         while not self.stop.is_set():
@@ -228,7 +242,16 @@ class _Engine:
                 np.asarray(entries.priority), entries.outcome, np.asarray(entries.done) - np.asarray(entries.sent), end - self.started
             ),
             open_loop=not self.traffic.closed_loop,
+            **self.length_figures(chosen, outcomes, latencies, seconds),
         )
+
+    def length_figures(self, chosen: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict:
+        """Results per length class and useful (real) tokens/s, for targets that know them."""
+        if not self.target.request_class:
+            return {}
+        labels = [label for label, keep in zip(self.entries.length_class, chosen) if keep]
+        per_class, useful = summarise_lengths(labels, np.asarray(self.entries.tokens)[chosen], outcomes, latencies, seconds)
+        return {"per_length_class": per_class, "useful_tokens_per_s": useful}
 
 
 def run_load(

@@ -113,6 +113,8 @@ class LoadResult:
     run_outcomes: dict[str, int] = field(default_factory=dict)  # ... and its outcome (nothing left unanswered)
     run_per_priority: dict[int, ClassResult] = field(default_factory=dict)  # the whole run per class
     open_loop: bool = False  # late sends and send lag mean something only on a schedule
+    per_length_class: dict[str, ClassResult] = field(default_factory=dict)  # mixed-length targets only
+    useful_tokens_per_s: float | None = None  # real tokens of successful requests; None: target has no token counts
 
     @property
     def error_count(self) -> int:
@@ -181,3 +183,15 @@ def summarise_classes(priorities: np.ndarray, outcomes: list[str], latencies: np
             throughput_rps=float(ok.sum() / seconds) if seconds else 0.0,
         )
     return classes
+
+
+def summarise_lengths(
+    labels: list[str], tokens: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float
+) -> tuple[dict[str, ClassResult], float | None]:
+    """Per length class (a class whose requests all failed has no latency, like a priority
+    class), and the real tokens/s of the successful requests (None: nothing was sent)."""
+    names = sorted(set(labels))
+    codes = np.array([names.index(label) for label in labels], dtype=int)
+    per_class = {names[code]: result for code, result in summarise_classes(codes, outcomes, latencies, seconds).items()}
+    ok = np.asarray([outcome == OK for outcome in outcomes], dtype=bool)
+    return per_class, (float(tokens[ok].sum() / seconds) if len(ok) and seconds else None)

@@ -10,8 +10,11 @@ import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedText, MixedTexts
 
 SAMPLE_TEXTS = (
     "How do I raise inference throughput without breaking the latency budget?",
@@ -36,6 +39,9 @@ class Target:
     inputs: tuple[str, ...] = ()  # input names the requests carry
     rows_per_request: int = 1
     extra: dict = field(default_factory=dict)
+    # Request index -> (length class, tokens), for results per class and useful tokens/s;
+    # the engine reads it once per request, after make_inputs for the same index.
+    request_class: Callable[[int], tuple[str, int]] | None = None
 
 
 def embed_target(texts_per_request: int = 1, repeat_share: float = 0.0, model: str = "embed", seed: int = 0) -> Target:
@@ -80,6 +86,31 @@ def encoder_target(sequence_length: int = 128, model: str = "encoder", seed: int
 
     describe = f"{model}: 1 x {sequence_length} tokens/request"
     return Target(model, ("EMBEDDING",), make_inputs, describe, ("INPUT_IDS", "ATTENTION_MASK"), 1, {"sequence_length": sequence_length})
+
+
+def mixed_target(mix: LengthMix | None = None, model: str = "embed", seed: int = 0, tokenizer_path: Path = DEFAULT_TOKENIZER) -> Target:
+    """One text per request from the mixed-length workload (tools/loadgen/mixed_texts.py).
+
+    Texts are numbered across every run that uses this target (the engine's request index
+    restarts at 0 per run), so a later load level or policy never resends a text the
+    response cache already holds."""
+    texts = MixedTexts(mix or LengthMix(), tokenizer_path, seed)
+    serials = itertools.count()
+    issued: dict[int, MixedText] = {}  # engine index -> its text, until the engine reads its class
+
+    def make_inputs(module, index: int) -> list:
+        issued[index] = text = texts.request(next(serials))
+        array = np.array([[text.text.encode()]], dtype=np.object_)
+        tensor = module.InferInput("TEXT", list(array.shape), "BYTES")
+        tensor.set_data_from_numpy(array)
+        return [tensor]
+
+    def request_class(index: int) -> tuple[str, int]:
+        text = issued.pop(index)
+        return text.length_class, text.tokens
+
+    describe = f"{model}: mixed lengths ({texts.mix.describe()})"
+    return Target(model, ("EMBEDDING",), make_inputs, describe, ("TEXT",), 1, {}, request_class)
 
 
 def check_target(http_url: str, target: Target) -> None:

@@ -1,10 +1,12 @@
 """Tokenizer step of the `embed` ensemble (Triton Python backend).
 
-Batching policy: all texts of one execute() call (every request the dynamic batcher
-joined) are padded to one length, the longest in the call rounded up to
-`pad_to_multiple_of`. The encoder's dynamic batcher only joins requests of equal
-shape, so the requests of one tokenizer batch travel on together and form one encoder
-batch, and the rounding lets consecutive tokenizer batches share a shape as well.
+Padding policy (config parameter `padding`, see padding_policy.py): `batch` (committed)
+pads all texts of one execute() call (every request the dynamic batcher joined) to one
+length, the longest in the call rounded up to `pad_to_multiple_of`. The encoder's
+dynamic batcher only joins requests of equal shape, so the requests of one tokenizer
+batch travel on together and form one encoder batch, and the rounding lets consecutive
+tokenizer batches share a shape as well. `buckets` pads each request to its length
+bucket, `request` to its own length (for an encoder that allows ragged batches).
 Truncation to the model's maximum length and the pad token are set inside
 tokenizer.json by the export step (the model's own `max_seq_length`).
 
@@ -18,16 +20,19 @@ unpadded texts, then one vectorised fill of the padded id and mask arrays (paddi
 the library built a Python list per row for ids and again for masks). In-process, on
 4,096 mixed texts (70% of 5-30 words, 30% of 120-180) in execute() calls of 16 requests,
 old/new median over 7 interleaved repetitions: 1.32x and 1.54x in two runs (2-core AMD
-EPYC, 2026-12); tokenizing itself is most of what is left. The padding policy is the
-library's, checked row for row by tests/unit/test_tokenizer_backend.py.
+EPYC, 2026-12); tokenizing itself is most of what is left. Every policy shares this path:
+the fill is done once at the widest width of the call, and a request padded narrower takes
+the prefix of its rows' columns. The `batch` policy pads as the library's `enable_padding`
+does, checked row for row by tests/unit/test_tokenizer_backend.py (buckets and request
+padding there too).
 """
 
 import json
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from padding_policy import PaddingPolicy, longest_per_request, pad_rows
 from tokenizers import Tokenizer
 
 
@@ -79,22 +84,16 @@ class TritonPythonModel:
         if str(padding.get("direction", "right")).lower() != "right":
             raise pb_utils.TritonModelException(f"tokenizer.json pads on the {padding['direction']}; this step pads on the right")
         self.pad_id = int(padding["pad_id"])
-        self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of", "16")))
-        self.tokenizer.no_padding()  # padded in _pad(), once per call
+        self.tokenizer.no_padding()  # each request is padded to its policy's width in execute()
         self.encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # _fast: tokenizers >= 0.21
+        parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        try:
+            self.policy = PaddingPolicy.from_parameters(parameters)
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"tokenizer config: {exc}") from exc
         self.max_text_chars = max(1, int(_parameter(config, "max_text_chars", DEFAULT_MAX_TEXT_CHARS)))
 
-    def _pad(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Ids and attention mask of one length: the longest row rounded up to the multiple,
-        right-padded with the pad id (what the library's `enable_padding` gives)."""
-        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-        width = -(-int(lengths.max(initial=0)) // self.multiple) * self.multiple
-        real = np.arange(width) < lengths[:, None]
-        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        input_ids[real] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-        return input_ids, real.astype(np.int64)
-
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
         responses: list = [None] * len(requests)
         texts: list[str] = []
         owners: list[tuple[int, int, int]] = []  # (request index, first text, text count)
@@ -110,13 +109,22 @@ class TritonPythonModel:
         if not owners:
             return responses
 
-        input_ids, attention_mask = self._pad([encoding.ids for encoding in self.encode(texts)])
-        for index, first, count in owners:
-            rows = slice(first, first + count)
+        rows = [encoding.ids for encoding in self.encode(texts)]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        widths = self.policy.widths(longest_per_request(lengths, [count for _, _, count in owners]))
+        # one fill at the widest width; a narrower request takes its columns' prefix
+        input_ids, attention_mask = pad_rows(rows, max(widths), self.pad_id, lengths)
+        full = input_ids.shape[1]
+        for (index, first, count), width in zip(owners, widths):
+            ids, mask = input_ids[first : first + count], attention_mask[first : first + count]
+            if width < full:
+                ids, mask = np.ascontiguousarray(ids[:, :width]), np.ascontiguousarray(mask[:, :width])
             responses[index] = pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("INPUT_IDS", input_ids[rows]),
-                    pb_utils.Tensor("ATTENTION_MASK", attention_mask[rows]),
-                ]
+                output_tensors=[pb_utils.Tensor("INPUT_IDS", ids), pb_utils.Tensor("ATTENTION_MASK", mask)]
             )
-        return responses
+        if not self.policy.sends_by_width:
+            return responses
+        width_of = {index: width for (index, _, _), width in zip(owners, widths)}
+        for index in sorted(range(len(requests)), key=lambda i: width_of.get(i, 0)):
+            requests[index].get_response_sender().send(responses[index], flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None

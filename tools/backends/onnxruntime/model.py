@@ -9,19 +9,30 @@ so ragged batches work too) and splits the outputs back per request.
 One bad request must not fail its batch-mates: ids that index an embedding table are
 checked against the table's size, and the sequence length against the position table's,
 before the run (a 400 naming the input and the limit); when a joined run still fails,
-each request is run alone so only the offending one gets the error.
+each request is run alone so only the offending one gets the error. The same checks
+apply on the ragged split path below.
 
 Threads follow the native backend's parameters (`intra_op_thread_count`,
 `inter_op_thread_count`; unset or 0 is ONNX Runtime's default, every core), so one config
 runs the same here and in NVIDIA's container; configs set them explicitly.
+
+With the config parameter `ragged_split: "cost"` (the ragged padding policy, inputs with
+`allow_ragged_batch`), an execution's rows are sorted by real length and split into the
+sub-runs a fitted cost curve says are cheapest (ragged.py), shortest first, and each
+request's response is sent as soon as its rows are done (a non-decoupled model may use
+the response sender on Triton 2.51, verified live). Real and padding tokens computed are
+Triton custom metrics (padding_metrics.py).
 """
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+from padding_metrics import PaddingCounters
+from ragged import CALIBRATION_SHAPES, CostModel, CostTracker, SplitExecution, calibrate
 
 _NUMPY_TYPES = {
     "TYPE_FP32": np.float32,
@@ -192,6 +203,55 @@ class TritonPythonModel:
         names = {name for name, _ in self.inputs}  # only what requests carry can be checked
         self.bounds = {name: rows for name, rows in bounds.items() if name in names}
         self.positions = positions if positions and positions[0] in names else None
+        self.mask_input = next((name for name, _ in self.inputs if "MASK" in name.upper()), None)
+        self.counters = PaddingCounters(pb_utils, {"model": args["model_name"], "version": args["model_version"]})
+        self.split_cost, self.split_max_rows = self._split_settings(config)
+
+    def _split_settings(self, config: dict) -> tuple[CostTracker | None, int]:
+        """The cost curve for splitting executions (None: one run per execution): pinned by
+        config parameters, or fitted here from a few timed runs (about a second on a 2-core
+        CPU) and then refitted from the served runs."""
+        parameters = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+        mode = parameters.get("ragged_split", "none")
+        if mode == "none":
+            return None, 0
+        if mode != "cost":
+            raise pb_utils.TritonModelException(f"ragged_split {mode!r} is not 'none' or 'cost'")
+        if self.mask_input is None or any(len(item.get("dims", [])) != 1 for item in config["input"]):
+            raise pb_utils.TritonModelException("ragged_split needs [length] inputs and an attention-mask input (a name with MASK)")
+        try:
+            cost = CostModel.from_parameters(parameters)
+            max_rows = int(parameters.get("split_max_rows", "0"))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"ragged_split: {exc}") from exc
+        pinned = cost is not None
+        source = "pinned by the config"
+        if cost is None:
+            cost, samples = calibrate(self._run_shape, self._calibration_shapes())
+            source = "calibrated on " + ", ".join(f"{rows}x{length}: {seconds * 1000:.1f} ms" for rows, length, seconds in samples)
+            source += "; refitted from served runs"
+        pb_utils.Logger.log_info(f"ragged_split: cost curve {cost.describe()} ({source})")
+        self._logged_break_even = cost.break_even_tokens
+        return CostTracker(cost, adaptive=not pinned), max_rows
+
+    def _log_refit(self) -> None:
+        """Log a refitted curve when it moves the break-even by more than 2x (rare), else only verbosely."""
+        model = self.split_cost.model
+        moved = not 0.5 <= model.break_even_tokens / max(self._logged_break_even, 1e-9) <= 2.0
+        log = pb_utils.Logger.log_info if moved else pb_utils.Logger.log_verbose
+        log(f"ragged_split: cost curve refitted from served runs: {model.describe()}")
+        if moved:
+            self._logged_break_even = model.break_even_tokens
+
+    def _calibration_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The calibration shapes cut to the model's position table: a longer run would fail
+        (the exported MiniLM's 512 positions hold them all)."""
+        limit = self.positions[2] if self.positions else None
+        shapes = CALIBRATION_SHAPES if limit is None else [(rows, min(length, limit)) for rows, length in CALIBRATION_SHAPES]
+        return tuple(dict.fromkeys(shapes))
+
+    def _run_shape(self, rows: int, length: int) -> None:
+        self.session.run(self.outputs, {name: np.ones((rows, length), dtype=dtype) for name, dtype in self.inputs})
 
     def _check(self, arrays: dict[str, np.ndarray]) -> str | None:
         """Why one request's inputs cannot run (None when they can)."""
@@ -211,6 +271,8 @@ class TritonPythonModel:
         """One session run for these requests' inputs; the outputs split per request."""
         joined = {name: _stack([item[name] for item in arrays], dtype) for name, dtype in self.inputs}
         results = self.session.run(self.outputs, joined)
+        if self.mask_input:
+            self.counters.record_run(joined[self.mask_input])
         sizes = [len(item[self.inputs[0][0]]) for item in arrays]
         total = sum(sizes)
         if any(len(result) != total for result in results):
@@ -222,7 +284,7 @@ class TritonPythonModel:
             start += size
         return responses
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
         responses: list = [None] * len(requests)
         runnable: list[tuple[int, dict[str, np.ndarray]]] = []
         for index, request in enumerate(requests):
@@ -234,16 +296,54 @@ class TritonPythonModel:
                 runnable.append((index, arrays))
         if not runnable:
             return responses
+        self.counters.record_execution([arrays[self.inputs[0][0]].shape[1:] for _, arrays in runnable])
+        if self.split_cost is not None:
+            return self._execute_split(requests, responses, runnable)
         try:
             for (index, _), response in zip(runnable, self._run([arrays for _, arrays in runnable])):
                 responses[index] = response
         except Exception:  # ONNX Runtime raises its own types; find the request(s) at fault
             for index, arrays in runnable:
-                try:
-                    responses[index] = self._run([arrays])[0]
-                except Exception as exc:
-                    text = str(exc)
-                    responses[index] = pb_utils.InferenceResponse(
-                        error=_error(f"ONNX Runtime failed: {text}", invalid_argument="INVALID_ARGUMENT" in text)
-                    )
+                responses[index] = self._run_alone(arrays)
         return responses
+
+    def _run_alone(self, arrays: dict[str, np.ndarray]):
+        try:
+            return self._run([arrays])[0]
+        except Exception as exc:
+            text = str(exc)
+            return pb_utils.InferenceResponse(error=_error(f"ONNX Runtime failed: {text}", invalid_argument="INVALID_ARGUMENT" in text))
+
+    def _execute_split(self, requests: list, responses: list, runnable: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+        """Sub-runs shortest first; each request's response leaves when its last row is done.
+        A failed sub-run's requests are retried alone at the end, so only a faulty one fails."""
+
+        def send(index: int, response) -> None:
+            requests[index].get_response_sender().send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        for index, response in enumerate(responses):
+            if response is not None:  # refused before running
+                send(index, response)
+        plan = SplitExecution([arrays for _, arrays in runnable], self.mask_input, self.split_cost.model, self.split_max_rows)
+        failed: set[int] = {position for position, (_, arrays) in enumerate(runnable) if len(arrays[self.mask_input]) == 0}
+        for run in plan.runs:
+            feeds = plan.feeds(run, self.inputs)
+            try:
+                started = time.perf_counter()
+                results = self.session.run(self.outputs, feeds)
+                if self.split_cost.observe(len(run), feeds[self.mask_input].shape[1], time.perf_counter() - started):
+                    self._log_refit()
+                if any(len(result) != len(run) for result in results):
+                    raise RuntimeError(f"model returned {[len(r) for r in results]} rows for {len(run)} inputs")
+            except Exception:
+                failed |= plan.requests_in(run)
+                continue
+            self.counters.record_run(feeds[self.mask_input])
+            for position in plan.store(run, results):
+                if position not in failed:
+                    tensors = [pb_utils.Tensor(name, output) for name, output in zip(self.outputs, plan.outputs(position))]
+                    send(runnable[position][0], pb_utils.InferenceResponse(output_tensors=tensors))
+        for position in sorted(failed):
+            index, arrays = runnable[position]
+            send(index, self._run_alone(arrays))
+        return None
