@@ -9,6 +9,8 @@ GPU host is derived here, never hand-edited in a second copy:
             lose the ONNX Runtime thread counts, which mean nothing to TensorRT.
 Batching, priorities, queue policies, warm-up and the ensemble stay as committed, and so
 do the explicit ONNX Runtime thread counts of the gpu kind (the native backend reads them).
+One exception: a repository on the ragged padding policy gets the buckets policy, since
+the native backends cannot take this model's inputs ragged (tools/length_policy.py).
 Artifacts are hard-linked (copied across file systems), never symlinked: a Docker bind
 mount cannot follow a link that points outside the mounted folder.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from tools.length_policy import gpu_variant_problem
+from tools.length_policy import gpu_variant_problem, policy_of, set_encoder_policy, set_tokenizer_policy
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import CONFIG_NAME, ModelConfig, batching_problems, format_config, load_config
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -81,6 +83,23 @@ def variant_config(config: ModelConfig, kind: str) -> ModelConfig:
     return result
 
 
+def native_padding_configs(source: Path) -> dict[str, ModelConfig]:
+    """The tokenizer and encoder configs to use when the source runs the ragged policy:
+    NVIDIA's native ONNX Runtime and TensorRT backends cannot take ragged inputs of this
+    model, so the GPU variants run the buckets policy instead (README, "Padding policy");
+    empty when the source needs no change."""
+    if not all((source / name / CONFIG_NAME).is_file() for name in ("tokenizer", "encoder")):
+        return {}
+    tokenizer, encoder = load_config(source / "tokenizer"), load_config(source / "encoder")
+    if policy_of(tokenizer, encoder) != "ragged":
+        return {}
+    set_tokenizer_policy(tokenizer, "buckets")
+    set_encoder_policy(encoder, "buckets")
+    log.warning("the source runs the ragged padding policy, which NVIDIA's native backends cannot serve for this model; "
+                "the GPU variant pads by length buckets instead")  # fmt: skip
+    return {"tokenizer": tokenizer, "encoder": encoder}
+
+
 def _place(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -116,8 +135,9 @@ def write_variant(kind: str, out: Path, source: Path = MODEL_REPOSITORY, plans: 
     if out.exists():
         shutil.rmtree(out)
     names = []
+    native_policy = native_padding_configs(source)
     for model_dir in sorted(path for path in source.iterdir() if (path / CONFIG_NAME).is_file()):
-        config = load_config(model_dir)
+        config = native_policy.get(model_dir.name) or load_config(model_dir)
         variant = variant_config(config, kind)
         target_dir = out / model_dir.name
         target_dir.mkdir(parents=True)

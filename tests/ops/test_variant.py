@@ -94,3 +94,17 @@ def test_cli_writes_the_variant_and_fails_non_zero_on_errors(tmp_path) -> None:
         text=True,
     )
     assert failed.returncode == 1 and "model.plan" in failed.stderr
+
+
+def test_a_ragged_source_becomes_the_buckets_policy_in_the_gpu_variants(tmp_path) -> None:
+    from tools.length_policy import policy_of, write_policy_repository
+
+    ragged = write_policy_repository("ragged", tmp_path / "ragged")
+    assert policy_of(load_config(ragged / "tokenizer"), load_config(ragged / "encoder")) == "ragged"
+    out = tmp_path / "gpu"
+    write_variant("gpu", out, ragged)
+    tokenizer, encoder = load_config(out / "tokenizer"), load_config(out / "encoder")
+    assert policy_of(tokenizer, encoder) == "buckets", "NVIDIA's native backend cannot take this model's inputs ragged"
+    assert not any(item.allow_ragged_batch for item in encoder.input)
+    assert encoder.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+    assert encoder.dynamic_batching == load_config(ragged / "encoder").dynamic_batching, "batching stays as committed"
