@@ -7,6 +7,7 @@ messages, and written back with `text_format`, never assembled from strings.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -20,13 +21,25 @@ def parse_config(text: str) -> ModelConfig:
     return text_format.Parse(text, ModelConfig())
 
 
+_IMPLICIT_REJECT = re.compile(r"^(?P<indent>[ ]*)(?P<line>default_timeout_microseconds: \d+\n)", re.MULTILINE)
+
+
 def format_config(config: ModelConfig) -> str:
-    """Text form; `max_batch_size: 0` is kept explicit, since an omitted field reads as 0
-    and hides whether batching was turned off on purpose."""
+    """Text form. Two defaults are kept explicit because an omitted field hides a choice:
+    `max_batch_size: 0` (batching turned off on purpose) and `timeout_action: REJECT` in a
+    queue policy with a default timeout (what happens to a request that waits too long;
+    a non-default action is printed anyway, just before the timeout)."""
     text = text_format.MessageToString(config)
     if config.max_batch_size == 0 and "max_batch_size" not in text:
         text = text.replace(f'name: "{config.name}"\n', f'name: "{config.name}"\nmax_batch_size: 0\n', 1)
-    return text
+
+    def explicit_reject(match: re.Match) -> str:
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+        if before.startswith("timeout_action:"):
+            return match.group(0)
+        return f"{match['indent']}timeout_action: REJECT\n{match['indent']}{match['line']}"
+
+    return _IMPLICIT_REJECT.sub(explicit_reject, text)
 
 
 def load_config(path: Path) -> ModelConfig:

@@ -126,3 +126,15 @@ def test_override_json_is_a_valid_model_config() -> None:
     document = json.loads(to_override_json(config))
     assert document["dynamic_batching"]["max_queue_delay_microseconds"] in ("1234", 1234)
     assert config_from_dict(document) == config
+
+
+def test_a_queue_timeout_keeps_its_reject_action_explicit_when_written() -> None:
+    from tools.model_config import format_config, parse_config
+
+    config = load_config(MODEL_REPOSITORY / "encoder")
+    text = format_config(config)
+    assert text.count("timeout_action: REJECT") == 1 + len(config.dynamic_batching.priority_queue_policy)
+    assert parse_config(text) == config
+    config.dynamic_batching.default_queue_policy.timeout_action = config.dynamic_batching.default_queue_policy.DELAY
+    text = format_config(config)
+    assert "timeout_action: DELAY" in text and parse_config(text) == config
