@@ -8,10 +8,10 @@ import sys
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from tools.model_config import batching_problems, load_config
+from tools.model_config import ModelConfig, batching_problems, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import missing_artifacts
-from tools.variant import VariantError, variant_config, write_variant
+from tools.variant import VariantError, native_padding_configs, variant_config, write_variant
 
 GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 
@@ -35,12 +35,19 @@ def test_only_the_onnx_runtime_model_moves_to_the_gpu_and_batching_is_unchanged(
     assert encoder.dynamic_batching == committed.dynamic_batching
     assert encoder.max_batch_size == committed.max_batch_size
     assert list(encoder.model_warmup) == list(committed.model_warmup)
-    for name in ("tokenizer", "embed"):
-        assert load_config(out / name) == load_config(MODEL_REPOSITORY / name)
+    assert load_config(out / "embed") == load_config(MODEL_REPOSITORY / "embed")
+    tokenizer, committed_tokenizer = load_config(out / "tokenizer"), load_config(MODEL_REPOSITORY / "tokenizer")
+    del tokenizer.parameters["padding"], committed_tokenizer.parameters["padding"]
+    assert tokenizer == committed_tokenizer, "only the padding policy may differ (ragged -> buckets)"
+
+
+def native_encoder() -> ModelConfig:
+    """The committed encoder in the form the GPU variants start from (ragged -> buckets)."""
+    return native_padding_configs(MODEL_REPOSITORY).get("encoder") or load_config(MODEL_REPOSITORY / "encoder")
 
 
 def test_tensorrt_variant_switches_the_platform_and_keeps_batching() -> None:
-    committed = load_config(MODEL_REPOSITORY / "encoder")
+    committed = native_encoder()
     engine = variant_config(committed, "tensorrt")
     assert engine.platform == "tensorrt_plan"
     assert [group.kind for group in engine.instance_group] == [GPU]
@@ -50,7 +57,7 @@ def test_tensorrt_variant_switches_the_platform_and_keeps_batching() -> None:
 
 
 def test_onnx_runtime_thread_counts_stay_explicit_on_the_gpu_and_leave_with_tensorrt() -> None:
-    committed = load_config(MODEL_REPOSITORY / "encoder")
+    committed = native_encoder()
     threads = committed.parameters["intra_op_thread_count"].string_value
     assert threads.isdigit() and int(threads) >= 1, "explicit: unset, the native backend gives every instance all cores"
     assert variant_config(committed, "gpu").parameters["intra_op_thread_count"].string_value == threads

@@ -69,8 +69,8 @@ def test_pad_rows_fills_ids_and_mask_to_the_width() -> None:
     assert ids.dtype == np.int64
 
 
-def test_the_committed_repository_runs_the_batch_policy() -> None:
-    assert policy_of(load_config(MODEL_REPOSITORY / "tokenizer"), load_config(MODEL_REPOSITORY / "encoder")) == "batch"
+def test_the_committed_repository_runs_the_ragged_policy() -> None:
+    assert policy_of(load_config(MODEL_REPOSITORY / "tokenizer"), load_config(MODEL_REPOSITORY / "encoder")) == "ragged"
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -84,11 +84,13 @@ def test_each_policy_round_trips_through_its_configs(policy: str) -> None:
 
 
 def test_a_policy_repository_is_written_beside_the_committed_one(tmp_path) -> None:
-    out = write_policy_repository("ragged", tmp_path / "ragged")
+    committed = MODEL_REPOSITORY / "tokenizer" / "config.pbtxt", MODEL_REPOSITORY / "encoder" / "config.pbtxt"
+    before = [path.read_text() for path in committed]
+    out = write_policy_repository("batch", tmp_path / "batch")
     tokenizer, encoder = load_config(out / "tokenizer"), load_config(out / "encoder")
-    assert policy_of(tokenizer, encoder) == "ragged"
+    assert policy_of(tokenizer, encoder) == "batch"
     assert (out / "tokenizer" / "1" / "padding_policy.py").is_file()
-    assert policy_of(load_config(MODEL_REPOSITORY / "tokenizer"), load_config(MODEL_REPOSITORY / "encoder")) == "batch"
+    assert [path.read_text() for path in committed] == before, "the committed repository is never edited"
     with pytest.raises(ValueError, match="source repository"):
         write_policy_repository("ragged", MODEL_REPOSITORY / "sub")
 

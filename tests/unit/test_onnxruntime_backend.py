@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
 from tests.unit import fake_pb_utils as fake
-from tools.length_policy import policy_configs
+from tools.length_policy import policy_configs, set_encoder_policy
 from tools.model_config import load_config, to_override_json
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 
@@ -69,9 +69,11 @@ def expected(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def encoder_config(**parameters: str) -> dict:
-    """The committed encoder config (as Triton hands it to initialize()) with the tiny graph's
-    output width; parameters given here replace the committed ones."""
+    """The committed encoder config (as Triton hands it to initialize()) on the `batch`
+    padding policy (the ragged path has tests of its own), with the tiny graph's output
+    width; parameters given here replace the committed ones."""
     config = load_config(MODEL_REPOSITORY / "encoder")
+    set_encoder_policy(config, "batch")
     del config.output[0].dims[:]
     config.output[0].dims.append(WIDTH)
     for key, value in parameters.items():

@@ -13,6 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.unit import fake_pb_utils as fake
+from tools.length_policy import set_tokenizer_policy
 from tools.model_config import load_config, to_override_json
 from tools.paths import MODEL_REPOSITORY
 
@@ -29,8 +30,11 @@ TEXTS = [
 
 
 def committed_config(**parameters: str) -> dict:
-    """The committed tokenizer config as Triton hands it to initialize(), with parameters changed."""
+    """The committed tokenizer config as Triton hands it to initialize(), on the `batch`
+    padding policy (whichever policy is committed) unless `padding` is given, with
+    parameters changed."""
     config = load_config(MODEL_DIR)
+    set_tokenizer_policy(config, "batch")
     for key, value in parameters.items():
         config.parameters[key].string_value = value
     return json.loads(to_override_json(config))

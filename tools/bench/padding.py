@@ -1,11 +1,13 @@
 """`python -m tools.bench.padding`: which sequence padding policy lets Triton batch.
 
-The encoder's dynamic batcher joins only requests of equal shape, so the tokenizer's
-padding decides batching. Compared side by side in one run, on the `embed` ensemble
-with mixed-length texts (tokenizer config reloaded live for each policy):
+When the encoder's inputs are not ragged, its dynamic batcher joins only requests of
+equal shape, so the tokenizer's padding decides batching. Compared side by side in one
+run, on the `embed` ensemble with short mixed-length texts and the encoder loaded
+without ragged inputs (the shape-based policies; `make bench-lengths` compares them with
+the committed `ragged` policy), tokenizer config reloaded live for each policy:
 - per request: the tokenizer runs each request alone (no tokenizer batching), padded
   to its own length: shapes rarely match;
-- per tokenizer batch (committed): every request of one tokenizer execution padded to
+- per tokenizer batch (the `batch` policy): every request of one tokenizer execution padded to
   the longest, rounded up to a multiple of 16;
 - fixed length: everything padded to the model's maximum (256): shapes always match,
   at the cost of computing the padding.
@@ -19,6 +21,7 @@ import logging
 import sys
 from pathlib import Path
 
+from tools.length_policy import set_encoder_policy, set_tokenizer_policy
 from tools.loadgen import Measurement, Traffic, embed_target, run_load
 from tools.loadgen.report import format_ms
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -33,6 +36,7 @@ log = logging.getLogger("padding")
 def tokenizer_policy(base: ModelConfig, name: str) -> ModelConfig:
     config = ModelConfig()
     config.CopyFrom(base)
+    set_tokenizer_policy(config, "batch")  # the shape-based starting point, whatever is committed
     if name == "per request":
         config.ClearField("dynamic_batching")
         config.parameters["pad_to_multiple_of"].string_value = "1"
@@ -41,7 +45,7 @@ def tokenizer_policy(base: ModelConfig, name: str) -> ModelConfig:
     return config
 
 
-POLICIES = ("per request", "per tokenizer batch, multiple of 16 (committed)", "fixed length (256)")
+POLICIES = ("per request", "per tokenizer batch, multiple of 16 (`batch`)", "fixed length (256)")
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -58,7 +62,10 @@ def run(argv: list[str] | None = None) -> int:
     base = load_config(MODEL_REPOSITORY / "tokenizer")
     measurement = Measurement(1.5, args.window, 3, args.max_windows, 0.10, ("tokenizer", "encoder"))
     rows = []
+    encoder = load_config(MODEL_REPOSITORY / "encoder")
+    set_encoder_policy(encoder, "batch")
     with triton_endpoints(None, explicit_control=True) as endpoints:
+        load_with_config(endpoints.http_url, "encoder", encoder, endpoints.headers)
         for policy in POLICIES:
             load_with_config(endpoints.http_url, "tokenizer", tokenizer_policy(base, policy), endpoints.headers)
             for level in (int(c) for c in args.concurrency.split(",")):
