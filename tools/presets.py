@@ -95,7 +95,14 @@ Triton sends the largest preferred size it can form at once), so a burst is spre
 instances instead of running as one batch on one while the other idles. Priority levels
 stay (level 1 overtakes), so the encoder runs 2 instances with one thread each: with priority
 queues and one instance, Triton 2.51 can leave an arriving request waiting ~500 ms (README,
-"The priority-queue tax")."""
+"The priority-queue tax").
+
+Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
+(through `embed`, 2 rounds, beside the same configs without dynamic batching; README, "Scenario
+presets"): 103 req/s at concurrency 1 (the fastest preset there: no step waits), throughput
+x1.12 / x0.78 / x1.00 / x1.00 of no batching at concurrency 1 / 4 / 16 / Poisson 196 req/s.
+It loses at concurrency 4 (x0.84 and x0.73 in the two rounds) and in p99 under the Poisson
+load near capacity (405 vs 332 ms): what the priority queues cost on Triton 2.51."""
 
 BULK = Preset(
     "bulk",
@@ -109,12 +116,25 @@ bulk job's backlog is never rejected (it keeps its own pace). The tokenizer wait
 to fill batches of 8-32, which then reach the encoder with one shape; the encoder sends a
 request alone unless 8 of one shape wait, so both one-thread instances stay busy. A delay on
 the encoder itself lost at concurrency 4 in every measurement here: the waiting requests ran
-as one batch on one instance while the other idled."""
+as one batch on one instance while the other idled.
+
+Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
+(2 rounds, README, "Scenario presets"): throughput x0.98 / x0.99 / x0.90 / x1.00 of no batching
+at concurrency 1 / 4 / 16 / Poisson 196 req/s; the concurrency-16 figure is x0.74 and x1.05 in
+its two rounds, i.e. noise on a shared machine, and its best level (241 req/s) beat the twin's
+(233). On a 2-core CPU batching gains little (raw engine 321 rows/s at batch 1, 489 at 32)."""
 
 MIXED = Preset("mixed", "both, with priorities: the committed configs unchanged")
 """Interactive and bulk traffic on one server: the committed repository as it is, so its
 config.pbtxt files are the one source of truth for this preset (their header comments say
-from which measurement and on which CPU)."""
+from which measurement and on which CPU): the encoder with no delay, preferred sizes 1 and 4,
+priority queues and 2 one-thread instances; the tokenizer gathering 2 ms.
+
+Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
+(2 rounds, README, "Scenario presets"): throughput x0.97 / x0.88 / x1.10 / x1.00 of no batching
+at concurrency 1 / 4 / 16 / Poisson 196 req/s, p99 x1.07 / x1.16 / x0.84 / x1.18. It loses
+12% at concurrency 4 (x0.94 and x0.82 in the two rounds): the priority queues' tax on Triton
+2.51; the previous committed config (preferred 8, 2 ms delay) lost 31-51% there."""
 
 PRESETS = {preset.name: preset for preset in (CHAT, BULK, MIXED)}
 

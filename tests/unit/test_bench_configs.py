@@ -119,3 +119,4 @@ def test_rounds_are_paired_by_level_and_averaged_as_ratios() -> None:
     (only,) = compare_levels(preset, twin)
     assert only.throughput_ratio == pytest.approx((2.0 + 0.5) / 2) and only.p99_ratio == pytest.approx(0.5)
     assert only.rps == only.twin_rps == 75
+    assert only.ratio_cell() == "x1.25 (2.00, 0.50)", "each round's ratio shows the noise"

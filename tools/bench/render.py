@@ -62,6 +62,14 @@ class LevelComparison:
     p99_ratio: float | None
     errors: int
     twin_errors: int
+    round_ratios: tuple[float | None, ...] = ()  # throughput ratio of each round, in order
+
+    def ratio_cell(self) -> str:
+        """The mean throughput ratio, with each round's when there were several (the spread is the noise)."""
+        cell = f"x{format_ms(self.throughput_ratio, '.2f')}"
+        if len(self.round_ratios) > 1:
+            cell += " (" + ", ".join(format_ms(r, ".2f") for r in self.round_ratios) + ")"
+        return cell
 
     def verdict(self) -> str:
         """beats, ties or loses no batching here; 'unmeasured' when a figure is missing."""
@@ -86,6 +94,7 @@ def compare_levels(preset: list[dict], twin: list[dict]) -> list[LevelComparison
             levels.setdefault(r["traffic"], []).append((r, other))
     out = []
     for load, pairs in levels.items():
+        ratios = [_ratio(a["throughput_rps"], b["throughput_rps"]) for a, b in pairs]
         out.append(
             LevelComparison(
                 load,
@@ -93,10 +102,11 @@ def compare_levels(preset: list[dict], twin: list[dict]) -> list[LevelComparison
                 mean(b["throughput_rps"] for _, b in pairs),
                 _mean([a["latency"]["p99_ms"] for a, _ in pairs]),
                 _mean([b["latency"]["p99_ms"] for _, b in pairs]),
-                _mean([_ratio(a["throughput_rps"], b["throughput_rps"]) for a, b in pairs]),
+                _mean(ratios),
                 _mean([_ratio(a["latency"]["p99_ms"], b["latency"]["p99_ms"]) for a, b in pairs]),
                 sum(_errors(a) for a, _ in pairs),
                 sum(_errors(b) for _, b in pairs),
+                tuple(ratios),
             )
         )
     return out
@@ -111,7 +121,7 @@ def verdict_line(preset: str, levels: list[LevelComparison]) -> str:
         by.setdefault(level.verdict(), []).append(level.load)
     if "loses" in by:
         detail = "; ".join(
-            f"{lv.load}: throughput x{format_ms(lv.throughput_ratio, '.2f')}, p99 x{format_ms(lv.p99_ratio, '.2f')}"
+            f"{lv.load}: throughput {lv.ratio_cell()}, p99 x{format_ms(lv.p99_ratio, '.2f')}"
             + (f", {lv.errors} errors vs {lv.twin_errors}" if lv.errors > lv.twin_errors else "")
             for lv in levels
             if lv.verdict() == "loses"
@@ -136,7 +146,7 @@ def _preset_section(report: dict) -> list[str]:
         "",
         "The twin is the preset's own tokenizer and encoder (same instances and threads) without `dynamic_batching`; "
         "the two took turns level by level"
-        + (f", {rounds} rounds (figures are means over the rounds)." if rounds > 1 else ".")
+        + (f", {rounds} rounds (figures are means over the rounds; each round's throughput ratio in brackets)." if rounds > 1 else ".")
         + f" A level ties within {THROUGHPUT_MARGIN:.0%} throughput and {P99_MARGIN:.0%} p99 (the drift of one run here).",
         "",
         _row(["preset", "load", "req/s", "no batching req/s", "throughput ratio", "p99 ms", "no batching p99 ms", "p99 ratio", "verdict"]),
@@ -146,7 +156,7 @@ def _preset_section(report: dict) -> list[str]:
     for preset, names in pairs.items():
         levels = compare_levels(served.get(names["preset"], []), served.get(names["twin"], []))
         for lv in levels:
-            lines.append(_row([preset, lv.load, f"{lv.rps:.1f}", f"{lv.twin_rps:.1f}", f"x{format_ms(lv.throughput_ratio, '.2f')}",
+            lines.append(_row([preset, lv.load, f"{lv.rps:.1f}", f"{lv.twin_rps:.1f}", lv.ratio_cell(),
                                format_ms(lv.p99_ms), format_ms(lv.twin_p99_ms), f"x{format_ms(lv.p99_ratio, '.2f')}",
                                lv.verdict()]))  # fmt: skip
         verdicts.append(verdict_line(preset, levels))
