@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME ?= auto
+# Scenario preset for `make serve`: mixed (default: the committed configs), chat or bulk (README, "Scenario presets").
+PRESET ?= mixed
 # Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
 TARGET ?= onnx
 # Encoder precision: fp32 (the default when empty), fp16 (GPU hosts) or int8 (README "Precision");
@@ -36,8 +38,8 @@ venv: $(STAMP) ## create .venv and install requirements.txt (the other targets d
 export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
 	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
-serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, SERVE_ARGS=...)
-	$(PY) -m tools.serve --runtime $(RUNTIME) $(SERVE_ARGS)
+serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, SERVE_ARGS=...)
+	$(PY) -m tools.serve --runtime $(RUNTIME) --preset $(PRESET) $(SERVE_ARGS)
 
 test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -2,6 +2,7 @@
 #   make tune                                   hill-climb for the encoder, p99 <= TUNE_P99_MS
 #   make tune TUNE_ARGS="--rate 40,80 --apply"  open-loop traffic; write the winner into model_repository/
 #   make bench                                  side-by-side report in reports/bench/
+#   make bench BENCH_ARGS="--configs mixed --rounds 2"   the committed config beside no batching only
 #   make loadgen LOADGEN_ARGS="--concurrency 1,16"
 TUNE_P99_MS ?= 250
 TUNE_ARGS ?=

@@ -7,7 +7,9 @@ when Docker can give a container an NVIDIA GPU (an engine answers, it has the NV
 runtime, nvidia-smi lists a GPU) and the local runtime otherwise, and logs which and why.
 A flag the chosen runtime cannot honour is refused, never dropped. Beside Triton runs the
 OpenAI-compatible gateway (gateway/, port 8080; docker/compose.gateway.yaml in Docker;
-`--no-gateway` skips it).
+`--no-gateway` skips it). `--preset chat|bulk` serves a scenario preset's variant of the
+repository (tools/presets.py, written to build/presets/<name>/); the default, mixed, is the
+repository itself.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tools.health_watch import HealthWatch, reload_model
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
+from tools.presets import DEFAULT_PRESET, PRESETS, PresetError, repository_for
 from tools.variant import VariantError
 
 log = logging.getLogger("serve")
@@ -63,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="docker runtime only: the generated repository to serve (default gpu; tensorrt needs `make export TARGET=tensorrt` first)",
     )
     parser.add_argument("--model-repository", type=Path, default=MODEL_REPOSITORY)
+    parser.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=DEFAULT_PRESET,
+        help="scenario preset: chat (latency first), bulk (throughput first) or mixed (both, with priorities: the "
+        "repository as it is); chat and bulk serve a variant written to build/presets/<name>/ (default: %(default)s)",
+    )
     parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--http-port", type=int, default=defaults.http_port)
     parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port)
@@ -242,6 +252,13 @@ def run(argv: list[str] | None = None) -> int:
     if refused:
         log.error("%s", refused)
         return 2
+    try:
+        args.model_repository = repository_for(args.preset, args.model_repository)
+    except (PresetError, ValueError, OSError) as exc:
+        log.error("%s", exc)
+        return 1
+    if args.preset != DEFAULT_PRESET:
+        log.info("preset %s: serving %s", args.preset, args.model_repository)
     signal.signal(signal.SIGTERM, request_stop)
     try:
         if runtime == "docker":

@@ -116,6 +116,12 @@ def _copy_version(source: Path, target: Path, skip: set[str]) -> None:
         _place(item, target / relative)
 
 
+def copy_versions(model_dir: Path, target_dir: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Place every version folder of `model_dir` under `target_dir` (hard links, no export files)."""
+    for version in version_folders(model_dir):
+        _copy_version(version, target_dir / version.name, set(skip))
+
+
 def write_variant(kind: str, out: Path, source: Path = MODEL_REPOSITORY, plans: dict[str, Path] | None = None) -> list[str]:
     """Write the whole variant repository to `out` (replaced) and return its model names.
 
@@ -143,8 +149,7 @@ def write_variant(kind: str, out: Path, source: Path = MODEL_REPOSITORY, plans: 
         target_dir.mkdir(parents=True)
         (target_dir / CONFIG_NAME).write_text(GENERATED_HEADER.format(kind=kind, source=model_dir.name) + format_config(variant))
         replaces_onnx = variant.platform == TENSORRT_PLATFORM
-        for version in version_folders(model_dir):
-            _copy_version(version, target_dir / version.name, {"model.onnx"} if replaces_onnx else set())
+        copy_versions(model_dir, target_dir, frozenset({"model.onnx"}) if replaces_onnx else frozenset())
         if replaces_onnx and model_dir.name in plans:
             _place(plans[model_dir.name], target_dir / "1" / PLAN_NAME)
         names.append(model_dir.name)

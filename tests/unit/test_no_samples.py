@@ -170,14 +170,16 @@ def test_the_benchmark_report_shows_a_level_without_latency_as_dashes() -> None:
     report = {
         "settings": {"sequence_length": 128, "concurrency": [16], "poisson_rate": 40, "window_s": 2, "max_windows": 4},
         "raw_engine": [{"batch_size": 1, "rows_per_s": 60.0, "execution_ms": 16.0}],
-        "served": {"no dynamic batching": [served], "committed config": [shed]},
+        "pairs": {"mixed": {"preset": "mixed preset (committed)", "twin": "mixed: no dynamic batching"}},
+        "served": {"mixed: no dynamic batching": [served], "mixed preset (committed)": [shed]},
         "naive_batcher": [],
         "seconds": 10,
     }
     markdown = render_bench(report)
-    assert "| committed config | concurrency 16 | 0.0 | - | - |" in markdown
-    assert "committed config: errors at every load level" in markdown
-    assert "p99 - vs 20.0 ms" in markdown
+    assert "| mixed preset (committed) | concurrency 16 | 0.0 | - | - |" in markdown
+    assert "mixed preset (committed): errors at every load level" in markdown
+    assert "| mixed | concurrency 16 | 0.0 | 0.4 | x0.00 | - | 20.0 | x- | loses |" in markdown
+    assert "**mixed: loses to no batching at concurrency 16**" in markdown and "None" not in markdown
 
 
 def test_soak_and_overload_reports_show_missing_latency_as_dashes() -> None:

@@ -1,11 +1,16 @@
 """`python -m tools.bench` (`make bench`): one run, side by side, written to Markdown + JSON.
 
 1. the raw engine: in-process ONNX Runtime rows/s at batch sizes 1..64 (the ceiling);
-2. Triton's encoder without dynamic batching, with the committed config, with the tuner's
-   winner (if a tune report exists) and with Model Analyzer's reported pick
-   (max_batch_size 8, `dynamic_batching {}`), each at several concurrencies and at a
-   Poisson rate, applied live through the model-control API;
+2. Triton, configs applied live through the model-control API, each at several
+   concurrencies and at a Poisson rate:
+   - every scenario preset (tools/presets.py; mixed is the committed config) beside its
+     twin without dynamic batching (the same tokenizer, encoder instances and threads, no
+     `dynamic_batching`), the two taking turns level by level (AB, BA, AB...), so that a
+     preset and its twin meet the same neighbours' load on a shared machine;
+   - the tuner's winner (if a tune report exists) and Model Analyzer's reported pick
+     (max_batch_size 8, `dynamic_batching {}`), with the committed tokenizer;
 3. a naive in-process "queue + thread + timeout" batcher under the same load.
+`--configs` runs a subset, e.g. `--configs mixed` (the committed config and its twin).
 """
 
 from __future__ import annotations
@@ -15,22 +20,30 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import date
 from pathlib import Path
 
 from tools.bench.engine import NaiveBatcher, drive_naive, open_session, raw_curve
+from tools.bench.machine import cpu_description
 from tools.bench.render import render_markdown
 from tools.loadgen import Measurement, Traffic, embed_target, encoder_target, run_load
+from tools.loadgen.report import format_ms
 from tools.local_triton import TritonStartError
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.presets import PRESETS, PresetError, preset_configs
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
 from tools.tuning.reload import ReloadError, load_with_config
 from tools.tuning.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
+
+OTHER_CONFIGS = ("tuner-winner", "model-analyzer", "naive")
+CONFIG_NAMES = (*PRESETS, *OTHER_CONFIGS)
 
 
 def model_analyzer_pick(base: ModelConfig, batch_floor: int) -> ModelConfig:
@@ -60,20 +73,107 @@ def without_batching(base: ModelConfig) -> ModelConfig:
     return config
 
 
-def configs_to_compare(
-    base: ModelConfig, winner_path: Path | None, include_model_analyzer: bool, batch_floor: int
-) -> dict[str, ModelConfig]:
-    configs = {"no dynamic batching": without_batching(base), "committed config": base}
-    if winner_path and winner_path.is_file():
-        configs["tuner winner"] = load_config(winner_path)
-    elif winner_path:
+@dataclass
+class Group:
+    """Encoder configs measured under one tokenizer config. A preset's group holds the preset
+    and its twin without dynamic batching (`twin` names it), which take turns level by level."""
+
+    tokenizer: ModelConfig
+    encoders: dict[str, ModelConfig]  # row name -> encoder config
+    preset: str | None = None
+    twin: str | None = None
+
+
+def preset_row(name: str) -> str:
+    return f"{name} preset (committed)" if name == "mixed" else f"{name} preset"
+
+
+def twin_row(name: str) -> str:
+    return f"{name}: no dynamic batching"
+
+
+def preset_group(name: str, source: Path = MODEL_REPOSITORY) -> Group:
+    """The preset beside its twin: the same encoder (instances, threads) without dynamic batching."""
+    configs = preset_configs(PRESETS[name], source)
+    encoder = configs["encoder"]
+    rows = {preset_row(name): encoder, twin_row(name): without_batching(encoder)}
+    return Group(configs["tokenizer"], rows, preset=name, twin=twin_row(name))
+
+
+def other_groups(selected: list[str], winner_path: Path | None, batch_floor: int, source: Path = MODEL_REPOSITORY) -> list[Group]:
+    """The tuner's winner and Model Analyzer's pick, each with the committed tokenizer."""
+    tokenizer, base = load_config(source / "tokenizer"), load_config(source / "encoder")
+    groups = []
+    if "tuner-winner" in selected and winner_path and winner_path.is_file():
+        groups.append(Group(tokenizer, {"tuner winner": load_config(winner_path)}))
+    elif "tuner-winner" in selected and winner_path:
         log.warning("no tuner winner at %s (run `make tune` first); left out", winner_path)
-    if include_model_analyzer:
-        configs["Model Analyzer pick"] = model_analyzer_pick(base, batch_floor)
-    return configs
+    if "model-analyzer" in selected:
+        groups.append(Group(tokenizer, {"Model Analyzer pick": model_analyzer_pick(base, batch_floor)}))
+    return groups
 
 
-def run(argv: list[str] | None = None) -> int:
+def parse_configs(text: str, no_model_analyzer: bool = False) -> list[str]:
+    """`--configs` as a list in CONFIG_NAMES order; ValueError names what is unknown."""
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in wanted if name not in CONFIG_NAMES]
+    if unknown or not wanted:
+        raise ValueError(f"--configs: unknown {', '.join(unknown) or '(nothing given)'}; choose from {', '.join(CONFIG_NAMES)}")
+    return [name for name in CONFIG_NAMES if name in wanted and not (no_model_analyzer and name == "model-analyzer")]
+
+
+Measure = Callable[[str, Traffic], dict]
+Load = Callable[[str, ModelConfig], bool]
+
+
+def measure_groups(groups: list[Group], traffics: list[Traffic], rounds: int, measure: Measure, load: Load) -> dict[str, list[dict]]:
+    """Every row of every group at every level, `rounds` times; each result carries its round.
+
+    A preset and its twin take turns level by level, in alternating order (AB, BA, ...), each
+    reloaded before it runs, so neither always follows the other. Other rows are loaded once.
+    A config that fails to load has no results (an empty list)."""
+    served: dict[str, list[dict]] = {}
+    for group in groups:
+        names = list(group.encoders)
+        served.update({name: [] for name in names})
+        if not load("tokenizer", group.tokenizer):
+            continue
+        if group.twin is None:
+            for name in names:
+                if load("encoder", group.encoders[name]):
+                    served[name] = [measure(name, t) | {"round": r} for r in range(1, rounds + 1) for t in traffics]
+            continue
+        failed: set[str] = set()
+        turns = [(r, t) for r in range(1, rounds + 1) for t in traffics]
+        for turn, (round_, traffic) in enumerate(turns):
+            for name in names if turn % 2 == 0 else names[::-1]:
+                if name not in failed and not load("encoder", group.encoders[name]):
+                    failed.add(name)
+                if name not in failed:
+                    served[name].append(measure(name, traffic) | {"round": round_})
+        served.update({name: [] for name in failed})
+    return served
+
+
+def naive_results(session, base: ModelConfig, traffics: list[Traffic], seq_len: int, warmup_s: float, seconds: float) -> list[dict]:
+    """The naive in-process batcher with the committed max batch size and delay, at every level."""
+    delay_us = base.dynamic_batching.max_queue_delay_microseconds
+    log.info("[3/3] naive in-process batcher (max batch %d, timeout %d us)", base.max_batch_size, delay_us)
+    results = []
+    for traffic in traffics:
+        batcher = NaiveBatcher(session, base.max_batch_size, delay_us / 1e6)
+        if traffic.closed_loop:
+            load = {"concurrency": traffic.concurrency}
+        else:
+            load = {"arrivals": traffic.arrivals(warmup_s + seconds)}
+        result = drive_naive(batcher, seq_len, traffic.label(), warmup_s=warmup_s, seconds=seconds, **load)
+        batcher.close()
+        log.info("%-34s %s: %.1f req/s p99 %s ms", "naive batcher", result.label, result.throughput_rps, format_ms(result.latency.p99_ms))
+        results.append(asdict(result))
+    return results
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -90,18 +190,37 @@ def run(argv: list[str] | None = None) -> int:
         help="tokens per request for the raw engine, the naive batcher and --target encoder "
         "(default 32 with embed: the benchmark texts pad to 16-48; 128 with encoder, as in Model Analyzer's run)",
     )
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIG_NAMES),
+        help="what to run, comma-separated: the presets (each beside its twin without dynamic batching), "
+        "tuner-winner, model-analyzer, naive (default: all)",
+    )
     parser.add_argument("--concurrency", default="1,4,16", help="closed-loop levels (default %(default)s)")
     parser.add_argument("--rate", type=float, default=0.0, help="Poisson rate in req/s (default: 40%% of the raw engine's best)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every level this many times (default %(default)s)")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="raw engine batch sizes")
     parser.add_argument("--winner", type=Path, default=REPO_ROOT / "reports" / "tune-encoder" / "config.pbtxt")
     parser.add_argument("--no-model-analyzer", action="store_true", help="leave out Model Analyzer's pick")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench")
-    parser.add_argument("--window", type=float, default=3.0, help="seconds per measurement window")
-    parser.add_argument("--max-windows", type=int, default=5)
+    parser.add_argument("--window", type=float, default=2.0, help="seconds per measurement window (default %(default)s)")
+    parser.add_argument("--max-windows", type=int, default=4)
     parser.add_argument("--warmup", type=float, default=1.5)
     add_verbosity_flags(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     configure_logging(args)
+    try:
+        selected = parse_configs(args.configs, args.no_model_analyzer)
+        if args.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+        presets = [preset_group(name) for name in selected if name in PRESETS]
+    except (ValueError, PresetError) as exc:
+        log.error("%s", exc)
+        return 2
     started = time.perf_counter()
     args.seq_len = args.seq_len or (32 if args.target == "embed" else 128)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -116,54 +235,40 @@ def run(argv: list[str] | None = None) -> int:
     measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("encoder",))
     target = embed_target() if args.target == "embed" else encoder_target(args.seq_len)
     floor = ensemble_batch_floor(MODEL_REPOSITORY, "encoder")[0] if args.target == "embed" else 0
+    groups = presets + other_groups(selected, args.winner, floor)
 
-    served: dict[str, list[dict]] = {}
-    log.info("[2/3] Triton configs under %s", ", ".join(t.label() for t in traffics))
+    rows = ", ".join(name for group in groups for name in group.encoders) or "nothing"
+    log.info("[2/3] Triton: %s, under %s", rows, ", ".join(t.label() for t in traffics))
     try:
         with triton_endpoints(None, explicit_control=True) as endpoints:
-            for name, config in configs_to_compare(base, args.winner, not args.no_model_analyzer, floor).items():
+
+            def load(model: str, config: ModelConfig) -> bool:
                 try:
-                    load_with_config(endpoints.http_url, "encoder", config, endpoints.headers)
+                    load_with_config(endpoints.http_url, model, config, endpoints.headers)
+                    return True
                 except ReloadError as exc:
-                    log.error("%s: %s", name, exc)
-                    served[name] = []
-                    continue
-                served[name] = []
-                for traffic in traffics:
-                    result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
-                    log.info("%-20s %s", name, result.one_line())
-                    served[name].append(result.to_dict())
+                    log.error("%s: %s", model, exc)
+                    return False
+
+            def measure(name: str, traffic: Traffic) -> dict:
+                result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
+                log.info("%-34s %s", name, result.one_line())
+                return result.to_dict()
+
+            served = measure_groups(groups, traffics, args.rounds, measure, load)
     except TritonStartError as exc:
         log.error("%s", exc)
         return 1
 
-    log.info("[3/3] naive in-process batcher (max batch %d, timeout %d us)", base.max_batch_size,
-             base.dynamic_batching.max_queue_delay_microseconds)  # fmt: skip
-    naive = []
-    for traffic in traffics:
-        batcher = NaiveBatcher(session, base.max_batch_size, base.dynamic_batching.max_queue_delay_microseconds / 1e6)
-        seconds = args.window * 2
-        if traffic.closed_loop:
-            result = drive_naive(
-                batcher, args.seq_len, traffic.label(), concurrency=traffic.concurrency, warmup_s=args.warmup, seconds=seconds
-            )
-        else:
-            result = drive_naive(
-                batcher,
-                args.seq_len,
-                traffic.label(),
-                arrivals=traffic.arrivals(args.warmup + seconds),
-                warmup_s=args.warmup,
-                seconds=seconds,
-            )
-        batcher.close()
-        log.info("%-20s %s: %.1f req/s p99 %.1f ms", "naive batcher", result.label, result.throughput_rps, result.latency.p99_ms)
-        naive.append(asdict(result))
-
+    naive = naive_results(session, base, traffics, args.seq_len, args.warmup, args.window * 2) if "naive" in selected else []
     settings = {"target": target.describe, "sequence_length": args.seq_len, "concurrency": levels, "poisson_rate": rate,
-                "window_s": args.window, "max_windows": args.max_windows, "runs": 1}  # fmt: skip
+                "window_s": args.window, "max_windows": args.max_windows, "runs": 1, "rounds": args.rounds,
+                "configs": selected}  # fmt: skip
     report = {
         "settings": settings,
+        "cpu": cpu_description(),
+        "date": date.today().isoformat(),
+        "pairs": {group.preset: {"preset": preset_row(group.preset), "twin": group.twin} for group in presets},
         "raw_engine": [asdict(p) for p in raw],
         "served": served,
         "naive_batcher": naive,

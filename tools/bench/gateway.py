@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import aiohttp
 import numpy as np
 
 from gateway.process import GatewayProcess
+from tools.bench.machine import cpu_description
 from tools.loadgen.report import LatencySummary
 from tools.loadgen.targets import SAMPLE_TEXTS
 from tools.local_triton import free_ports
@@ -259,21 +259,6 @@ class InfinityServer:
 
 
 # ---- the report -----------------------------------------------------------------------
-
-
-def cpu_description() -> dict:
-    model, flags = platform.processor(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-    return {"model": model, "cores": os.cpu_count(), "flags": [f for f in wanted if f in flags]}
 
 
 def fmt(value: float | None, digits: int = 1) -> str:

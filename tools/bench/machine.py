@@ -47,3 +47,16 @@ def cpu_line(cpu: dict) -> str:
     flags = ", ".join(cpu["vector_flags"]) or "none of " + ", ".join(VECTOR_FLAGS)
     load = f"; load average {cpu['load_average'][0]:.1f} at the start" if cpu.get("load_average") else ""
     return f"CPU: {cpu['model']}, {cpu['cpus']} logical CPUs; vector extensions: {flags}{load}"
+
+
+def cpu_description() -> dict:
+    """The same facts under the keys the bench and gateway reports store:
+    {"model", "cores", "flags"} (flags: the vector extensions present)."""
+    cpu = describe_cpu()
+    return {"model": cpu["model"], "cores": cpu["cpus"], "flags": cpu["vector_flags"]}
+
+
+def cpu_summary(cpu: dict) -> str:
+    """One line from a `cpu_description()`: 'AMD EPYC, 2 cores, avx2 avx512f avx512_vnni'."""
+    flags = " ".join(cpu.get("flags") or []) or "no AVX"
+    return f"{cpu.get('model') or 'unknown CPU'}, {cpu.get('cores')} cores, {flags}"
