@@ -49,17 +49,25 @@ class PolicyServer:
     """One explicit-control server whose padding policy the tests switch by live reloads."""
 
     def __init__(self, server) -> None:
-        self.options, self.headers, self.policy = server.options, server.admin_headers, "batch"
+        self.options, self.headers, self.policy = server.options, server.admin_headers, ("committed", 0)
 
-    def use(self, policy: str) -> None:
-        if policy == self.policy:
+    def use(self, policy: str, join_delay_us: int = 0) -> None:
+        """Load `policy`; with `join_delay_us`, the encoder runs one instance whose batcher
+        waits that long with no preferred sizes, so concurrent requests share an execution
+        whatever batching the committed config has."""
+        if (policy, join_delay_us) == self.policy:
             return
         tokenizer, encoder = policy_configs(MODEL_REPOSITORY, policy)
         for key, value in PINNED_COST.items():
             encoder.parameters[key].string_value = value
+        if join_delay_us:
+            del encoder.instance_group[1:]
+            encoder.instance_group[0].count = 1
+            del encoder.dynamic_batching.preferred_batch_size[:]
+            encoder.dynamic_batching.max_queue_delay_microseconds = join_delay_us
         load_with_config(self.options.http_url, "encoder", encoder, self.headers)
         load_with_config(self.options.http_url, "tokenizer", tokenizer, self.headers)
-        self.policy = policy
+        self.policy = (policy, join_delay_us)
 
     def counts(self) -> PaddingCounts:
         ModelStats.settled(self.options.http_url, "encoder")
@@ -121,7 +129,7 @@ def test_one_ragged_request_keeps_its_rows_in_order_across_sub_runs(policy_serve
 
 def test_a_short_request_is_answered_before_a_long_one_of_the_same_execution_ends(policy_server) -> None:
     """Sub-runs go shortest first and each response leaves when its rows are done."""
-    policy_server.use("ragged")
+    policy_server.use("ragged", join_delay_us=100_000)
     url = policy_server.options.grpc_url
     rng = np.random.default_rng(5)
     for _ in range(20):  # until both requests land in one execution (the server's counters say so)

@@ -12,7 +12,8 @@ def copy_configs(destination) -> None:
     for model in ("tokenizer", "encoder", "embed"):
         (destination / model / "1").mkdir(parents=True)
         shutil.copy(MODEL_REPOSITORY / model / "config.pbtxt", destination / model)
-    shutil.copy(MODEL_REPOSITORY / "tokenizer" / "1" / "model.py", destination / "tokenizer" / "1")
+        for source in (MODEL_REPOSITORY / model / "1").glob("*.py"):  # committed code: model.py and its modules
+            shutil.copy(source, destination / model / "1")
 
 
 def test_unexported_repository_lists_onnx_model_and_tokenizer_file(tmp_path) -> None:
