@@ -4,13 +4,14 @@ Triton's dynamic batcher joins only requests of equal shape (unless the next mod
 inputs allow ragged batches), so the width each request is padded to decides which
 requests can share an encoder execution, and how many padding tokens it computes:
 
-- `batch` (committed): every request of one tokenizer execution is padded to the
+- `batch`: every request of one tokenizer execution is padded to the
   longest text in it, rounded up to `pad_to_multiple_of`. Requests of one tokenizer
   batch travel on together, but a short query pays for the passage it was batched with.
 - `buckets`: each request is padded to the smallest `length_buckets` boundary that
   holds its longest text, so same-bucket requests share a shape whichever tokenizer
   batch they came from, and a query never pays for a passage.
-- `request`: each request is padded to its own longest text only (no rounding); meant
+- `request` (the `ragged` policy, committed): each request is padded to its own longest
+  text only (no rounding); meant
   for an encoder whose inputs allow ragged batches (its backend pads and splits what it
   receives).
 
