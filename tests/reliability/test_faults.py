@@ -24,6 +24,7 @@ from tools.local_triton import TritonStartError, free_ports
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.policy_repository import copy_repository
+from tools.process_group import wait_for_http_ok
 from tools.stats import ModelStats
 from tools.tuning.reload import load_with_config
 
@@ -108,11 +109,10 @@ def test_serve_drains_in_flight_requests_on_sigterm() -> None:
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and embed_once(f"127.0.0.1:{grpc}", "up?") != "ok":
-            assert process.poll() is None, process.stderr.read()
-            time.sleep(0.5)
         http_url = f"127.0.0.1:{http}"
+        ready = wait_for_http_ok(f"http://{http_url}/v2/models/embed/ready", 180, process)
+        assert ready, f"tools.serve never served embed on {http_url}: {'' if process.poll() is None else process.stderr.read()[-3000:]}"
+        assert embed_once(f"127.0.0.1:{grpc}", "up?") == "ok"
         before = {model: ModelStats.settled(http_url, model) for model in ("tokenizer", "encoder")}
         client = EmbeddingClient("grpc", f"127.0.0.1:{grpc}")
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
