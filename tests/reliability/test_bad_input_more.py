@@ -8,17 +8,21 @@ import concurrent.futures
 import http.client
 import json
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import start_triton
 from tools.embed import EmbeddingClient, client_module, text_input
 from tools.loadgen.targets import token_tensors
+from tools.local_triton import ServerOptions
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
 from tools.stats import ModelStats
+from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
 
@@ -128,19 +132,36 @@ def test_a_sequence_longer_than_the_position_table_is_a_400_naming_the_limit(cli
     still_serving(client)
 
 
-def run_as_one_batch(triton, probes: list[np.ndarray]) -> list:
-    """Send `probes` (one-row token arrays of one shape) to the encoder together while larger
-    requests of other shapes hold its instances, until Triton's statistics show that the
-    probes ran as one execution (blockers grow until they do); each probe's embedding or error.
-    Blocker sizes (8..32 rows) are never the probe count, and a probe has one row, so an
-    execution of exactly len(probes) rows is the probes, also when the encoder takes ragged
-    batches (executed batch sizes count rows)."""
+PROBES = 4
+
+
+@pytest.fixture(scope="module")
+def joining_encoder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOptions]:
+    """The committed encoder on its own server, with one instance whose batcher holds requests
+    until PROBES are queued (a preferred size, up to a 10 s delay): concurrent probes share an
+    execution on any machine, with no race against other traffic."""
+    server = start_triton(tmp_path_factory.mktemp("joining") / "triton.log", model_control_mode="explicit", load_models=("encoder",))
+    try:
+        encoder = load_config(MODEL_REPOSITORY / "encoder")
+        del encoder.instance_group[1:]
+        encoder.instance_group[0].count = 1
+        del encoder.dynamic_batching.preferred_batch_size[:]
+        encoder.dynamic_batching.preferred_batch_size.append(PROBES)
+        encoder.dynamic_batching.max_queue_delay_microseconds = 10_000_000
+        load_with_config(server.options.http_url, "encoder", encoder, server.admin_headers)
+        yield server.options
+    finally:
+        server.stop()
+
+
+def run_as_one_batch(options: ServerOptions, probes: list[np.ndarray]) -> list:
+    """Send `probes` (one-row token arrays) to the joining encoder together; each probe's
+    embedding or error, once Triton's statistics confirm that they ran as one execution."""
+    assert len(probes) == PROBES
     module = client_module("grpc")
-    instances = sum(group.count or 1 for group in load_config(MODEL_REPOSITORY / "encoder").instance_group)
-    assert len(probes) < 8
 
     def send(ids: np.ndarray):
-        client = module.InferenceServerClient(triton.grpc_url)
+        client = module.InferenceServerClient(options.grpc_url)
         try:
             return client.infer("encoder", token_tensors(module, ids)).as_numpy("EMBEDDING")
         except InferenceServerException as exc:
@@ -148,34 +169,27 @@ def run_as_one_batch(triton, probes: list[np.ndarray]) -> list:
         finally:
             client.close()
 
-    histograms = []
-    for rows in (8, 16, 32, 32):
-        before = ModelStats.settled(triton.http_url, "encoder")
-        with concurrent.futures.ThreadPoolExecutor(instances + len(probes)) as pool:
-            # distinct lengths: the blockers never join each other either
-            blockers = [pool.submit(send, np.full((rows, 256 - index), 2000)) for index in range(instances)]
-            results = list(pool.map(send, probes))
-            assert all(isinstance(b.result(), np.ndarray) for b in blockers)
-        delta = ModelStats.settled(triton.http_url, "encoder") - before
-        if delta.batch_executions.get(len(probes)):
-            return results
-        histograms.append(delta.batch_executions)
-    pytest.fail(f"the probes never ran as one batch (executed batch sizes per try: {histograms})")
+    before = ModelStats.settled(options.http_url, "encoder")
+    with concurrent.futures.ThreadPoolExecutor(len(probes)) as pool:
+        results = list(pool.map(send, probes))
+    delta = ModelStats.settled(options.http_url, "encoder") - before
+    assert delta.batch_executions == {PROBES: 1}, f"the probes did not run as one batch: {delta.batch_executions}"
+    return results
 
 
-def test_a_bad_request_in_a_batch_does_not_fail_its_batch_mates(triton) -> None:
+def test_a_bad_request_in_a_batch_does_not_fail_its_batch_mates(joining_encoder: ServerOptions, triton: ServerOptions) -> None:
     """An out-of-vocabulary id in one request of an executed batch (confirmed by the
-    server's batch statistics): it alone fails, with a 400 naming the value."""
+    server's batch statistics): it alone fails, with a 400 naming the value; its batch mates
+    get the embeddings they get alone (from the session's server)."""
     rng = np.random.default_rng(0)
-    probes = [rng.integers(1000, 30_000, size=(1, 200)) for _ in range(4)]  # 4: a preferred size of the committed encoder
+    probes = [rng.integers(1000, 30_000, size=(1, 200)) for _ in range(PROBES)]
     bad = 3
     probes[bad][0, 100] = 999_999
-    results = run_as_one_batch(triton, probes)
+    results = run_as_one_batch(joining_encoder, probes)
     assert "INPUT_IDS holds 999999, outside the embedding table's range" in results[bad], results[bad]
-    good = [index for index in range(len(probes)) if index != bad]
     alone = EmbeddingClient("grpc", triton.grpc_url)
     try:
-        for index in good:
+        for index in (index for index in range(len(probes)) if index != bad):
             expected = alone.client.infer("encoder", token_tensors(alone.module, probes[index])).as_numpy("EMBEDDING")
             np.testing.assert_allclose(results[index], expected, atol=1e-4)
     finally:
