@@ -48,6 +48,18 @@ def bad_request(message: str, param: str | None = None, code: str | None = "inva
     return APIError(400, message, INVALID_REQUEST, param, code)
 
 
+# gRPC's words for a connection that went away under a call (e.g. Triton's gRPC server
+# closing a connection after many cancelled streams): the call never reached the model.
+_DROPPED_CONNECTION = ("stream removed", "socket closed", "connection reset", "goaway", "broken pipe")
+
+
+def connection_dropped(exc: InferenceServerException) -> bool:
+    """True when the call failed because its connection dropped, not because Triton refused it:
+    safe to send again, since an embedding has no side effect."""
+    text = (exc.message() or str(exc)).lower()
+    return "UNAVAILABLE" in str(exc.status() or "") and any(words in text for words in _DROPPED_CONNECTION)
+
+
 def from_triton(exc: InferenceServerException, retry_after_s: int) -> APIError:
     """Triton's answer as the status an OpenAI client expects.
 

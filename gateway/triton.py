@@ -21,7 +21,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from gateway.errors import APIError, from_triton
+from gateway.errors import APIError, connection_dropped, from_triton
 
 # How long a readiness or config call may take: a probe must answer quickly either way.
 CONTROL_TIMEOUT_S = 3.0
@@ -109,22 +109,27 @@ class TritonEmbedder:
             raise APIError(504, "the embedding request timed out before it reached Triton", "timeout", None, "timeout")
         tensor = grpcclient.InferInput(info.input_name, [len(texts), 1], "BYTES")
         tensor.set_data_from_numpy(np.array(texts, dtype=np.object_).reshape(-1, 1))
-        try:
-            result = await self.client.infer(
-                self.model,
-                [tensor],
-                outputs=[grpcclient.InferRequestedOutput(info.output_name)],
-                priority=priority,
-                # Triton drops the request from its queue at the same deadline (when the
-                # model's queue policy lets a request lower its timeout).
-                timeout=max(1, int(remaining * 1e6)),
-                client_timeout=remaining,
-            )
-        except InferenceServerException as exc:
-            error = from_triton(exc, self.retry_after_s)
-            if error.status == 503:
-                self._info = None
-            raise error from None
+        for attempt in (1, 2):  # once more when the connection dropped under the call
+            remaining = deadline - time.monotonic()
+            try:
+                result = await self.client.infer(
+                    self.model,
+                    [tensor],
+                    outputs=[grpcclient.InferRequestedOutput(info.output_name)],
+                    priority=priority,
+                    # Triton drops the request from its queue at the same deadline (when the
+                    # model's queue policy lets a request lower its timeout).
+                    timeout=max(1, int(remaining * 1e6)),
+                    client_timeout=max(remaining, 0.001),
+                )
+                break
+            except InferenceServerException as exc:
+                if attempt == 1 and connection_dropped(exc) and deadline > time.monotonic():
+                    continue
+                error = from_triton(exc, self.retry_after_s)
+                if error.status == 503:
+                    self._info = None
+                raise error from None
         return result.as_numpy(info.output_name)
 
     async def embed(self, texts: Sequence[bytes], priority: int, timeout_s: float) -> np.ndarray:

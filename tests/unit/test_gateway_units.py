@@ -10,7 +10,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from gateway.errors import from_triton
+from gateway.errors import connection_dropped, from_triton
 from gateway.schema import EmbeddingRequest, render_response
 from gateway.settings import GatewaySettings, SettingsError, keys_from, read_keys_file
 from gateway.triton import chunks, model_info
@@ -35,6 +35,22 @@ def test_triton_errors_map_to_the_status_an_openai_client_acts_on(message: str, 
     assert (error.status, error.code) == (expected, code)
     assert message in error.message
     assert ("Retry-After" in error.headers()) == (expected in (429, 503))
+
+
+@pytest.mark.parametrize(
+    ("message", "status", "dropped"),
+    [
+        ("Stream removed (Socket closed)", "StatusCode.UNAVAILABLE", True),
+        ("Connection reset by peer", "StatusCode.UNAVAILABLE", True),
+        ("Request timeout expired", "StatusCode.UNAVAILABLE", False),
+        ("Exceeds maximum queue size", "StatusCode.UNAVAILABLE", False),
+        ("Stream removed", "StatusCode.INTERNAL", False),
+    ],
+)
+def test_only_a_dropped_connection_is_sent_again(message: str, status: str, dropped: bool) -> None:
+    """A connection that went away is retried; Triton's own refusals (queue full, queue
+    timeout, both UNAVAILABLE) are answered as they are."""
+    assert connection_dropped(InferenceServerException(message, status=status)) is dropped
 
 
 def test_chunks_cover_every_row_once_in_order() -> None:
