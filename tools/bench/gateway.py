@@ -33,7 +33,7 @@ import numpy as np
 from gateway.process import GatewayProcess
 from tools.bench.machine import cpu_description
 from tools.loadgen.report import LatencySummary
-from tools.loadgen.targets import SAMPLE_TEXTS
+from tools.load.requests import SAMPLE_TEXTS
 from tools.local_triton import free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT

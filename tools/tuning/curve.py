@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import tritonclient.http as httpclient
 
-from tools.loadgen.targets import token_tensors
+from tools.load.requests import token_tensors
 from tools.stats import ModelStats
 
 log = logging.getLogger(__name__)
