@@ -22,9 +22,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from loadtest.corpus import load_corpus
+from tools.load.results import format_ms, percentile
 
 ENCODER_TOKENS = 32  # the encoder is sent ready token ids of this length
 
@@ -91,12 +90,11 @@ def probe(url: str, model: str, threads: int, seconds: float, priorities: tuple[
 def format_outcomes(model: str, outcomes: dict[str, Outcome], seconds: float) -> str:
     lines = [f"model {model}: {'class':16} {'ok':>6} {'req/s':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}  failures"]
     for label, outcome in outcomes.items():
-        data = np.asarray(outcome.latencies_ms or [float("nan")])
-        p50, p95, p99 = (np.percentile(data, q) for q in (50, 95, 99))
+        p50, p95, p99 = (format_ms(percentile(outcome.latencies_ms, q), ".0f") for q in (50, 95, 99))
         errors = "; ".join(f"{count} x {message}" for message, count in outcome.errors.items()) or "-"
         lines.append(
             f"{'':{len(model) + 7}} {label:16} {len(outcome.latencies_ms):6d} {len(outcome.latencies_ms) / seconds:6.1f}"
-            f" {p50:7.0f} {p95:7.0f} {p99:7.0f}  {errors}"
+            f" {p50:>7} {p95:>7} {p99:>7}  {errors}"
         )
     return "\n".join(lines)
 
