@@ -314,3 +314,11 @@ def test_a_config_protobuf_works_as_well_as_the_json_one() -> None:
 
     config = json_format.ParseDict({k: v for k, v in ENCODER.items()}, model_config_pb2.ModelConfig())
     assert input_kind(config) == TOKEN_IDS
+
+
+def test_a_counted_closed_loop_sends_exactly_its_requests_then_ends() -> None:
+    sender = FakeSender()
+    phases = [Phase(ClosedLoop(3, requests=7), 600.0), Phase(ClosedLoop(1, requests=2), 600.0), Phase(Trace((0.0,), cycle=False), 0.01)]
+    run = drive(sender, phases)
+    assert [sum(1 for r in run.records if r.phase == p) for p in (0, 1, 2)] == [7, 2, 1]
+    assert run.seconds < 600.0 and sender.max_in_flight <= 3

@@ -163,14 +163,17 @@ class LoadEngine:
         return stop.is_set()
 
     async def _closed(self, index: int, schedule: ClosedLoop, end: float, stop: asyncio.Event) -> None:
+        budget = [schedule.requests]  # requests left to send in this phase (None: no limit)
+
         async def client() -> None:
-            while not stop.is_set() and self.now() < end:
+            while not stop.is_set() and self.now() < end and budget[0] != 0:
+                if budget[0] is not None:
+                    budget[0] -= 1
                 await self._send(index, None)
 
         clients = [asyncio.create_task(client()) for _ in range(schedule.concurrency)]
         self._tasks.update(clients)
-        await self._wait(stop, end)
-        await asyncio.gather(*clients)
+        await asyncio.gather(*clients)  # each client stops after its request in flight at the end (or the stop)
         self._tasks.difference_update(clients)
 
     async def _open(self, index: int, offsets: np.ndarray, start: float, end: float, stop: asyncio.Event) -> None:
@@ -199,11 +202,11 @@ class LoadEngine:
             for index, phase in enumerate(self.phases):
                 if stop.is_set():
                     break
-                # on plan, unless the last closed-loop phase ran over waiting for its clients
-                start = planned if self.now() <= planned + LATE_SEND_S else self.now()
+                start = planned if self.now() <= planned + LATE_SEND_S else self.now()  # on plan unless running late
                 end = planned = start + phase.seconds
                 if isinstance(phase.schedule, ClosedLoop):
                     await self._closed(index, phase.schedule, end, stop)
+                    planned = self.now()  # a closed loop ends when its clients have stopped
                 else:
                     await self._open(index, phase.schedule.offsets(phase.seconds, rng), start, end, stop)
             await asyncio.gather(*list(self._tasks))

@@ -15,16 +15,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ClosedLoop:
-    """`concurrency` clients, each sending its next request when the last one returns."""
+    """`concurrency` clients, each sending its next request when the last one returns; with
+    `requests`, the phase ends once that many were sent (and answered)."""
 
     concurrency: int
+    requests: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"a closed loop needs at least 1 client, got {self.concurrency}")
+        if self.requests is not None and self.requests < 1:
+            raise ValueError(f"a closed loop of a fixed count needs at least 1 request, got {self.requests}")
 
     def label(self) -> str:
-        return f"concurrency {self.concurrency}"
+        return f"concurrency {self.concurrency}" + (f", {self.requests} requests" if self.requests else "")
 
 
 def _check_rate(rate: float) -> None:
