@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -37,36 +38,36 @@ def _check_rate(rate: float) -> None:
 
 
 @dataclass(frozen=True)
-class Poisson:
-    """Exponential gaps at `rate` req/s: independent users."""
-
+class _Rate:
     rate: float
+    name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         _check_rate(self.rate)
+
+    def label(self) -> str:
+        return f"{self.name} {self.rate:g} req/s"
+
+
+@dataclass(frozen=True)
+class Poisson(_Rate):
+    """Exponential gaps at `rate` req/s: independent users."""
+
+    name: ClassVar[str] = "poisson"
 
     def offsets(self, seconds: float, rng: np.random.Generator) -> np.ndarray:
         return _gaps(lambda t: rng.exponential(1.0 / self.rate), seconds)
 
-    def label(self) -> str:
-        return f"poisson {self.rate:g} req/s"
-
 
 @dataclass(frozen=True)
-class Constant:
+class Constant(_Rate):
     """Evenly spaced arrivals at `rate` req/s."""
 
-    rate: float
-
-    def __post_init__(self) -> None:
-        _check_rate(self.rate)
+    name: ClassVar[str] = "constant"
 
     def offsets(self, seconds: float, rng: np.random.Generator) -> np.ndarray:
         offsets = np.arange(1, int(seconds * self.rate) + 2) / self.rate  # k / rate: no accumulated rounding
         return offsets[offsets < seconds]
-
-    def label(self) -> str:
-        return f"constant {self.rate:g} req/s"
 
 
 @dataclass(frozen=True)

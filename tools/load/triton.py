@@ -6,19 +6,10 @@ per run is the common case, several (a soak's good and bad requests) work the sa
 
 from __future__ import annotations
 
+from tools.embed import client_module
 from tools.load.engine import Prepared
 from tools.load.mix import DEFAULT_KIND, Request
 from tools.load.requests import Target
-
-
-def aio_module(protocol: str):
-    if protocol == "grpc":
-        import tritonclient.grpc.aio as module
-    elif protocol == "http":
-        import tritonclient.http.aio as module
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    return module
 
 
 class TritonSender:
@@ -27,7 +18,7 @@ class TritonSender:
     def __init__(self, url: str, targets: Target | dict[str, Target], protocol: str = "grpc") -> None:
         self.url, self.protocol = url, protocol
         self.targets = targets if isinstance(targets, dict) else {DEFAULT_KIND: targets}
-        self.module = aio_module(protocol)
+        self.module = client_module(protocol, aio=True)
         self.client = None
 
     async def open(self) -> None:
