@@ -20,7 +20,11 @@ def number_list(text: str, kind: type) -> list:
 def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed", default_concurrency: str = "1,16") -> None:
     """The load options; without --concurrency, --rate or --trace the closed loop runs `default_concurrency`."""
     target = parser.add_argument_group("target")
-    target.add_argument("--model", default=default_model, help="'embed' (texts) or 'encoder' (token ids); default %(default)s")
+    target.add_argument(
+        "--model",
+        default=default_model,
+        help="the served model; its config says texts (TYPE_STRING) or token ids (INT64); default %(default)s",
+    )
     target.add_argument("--url", default=None, help="HTTP host:port of a running Triton (default: start a local one)")
     target.add_argument("--grpc-url", default=None, help="gRPC host:port of that server (default: same host, port 8001)")
     target.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
