@@ -322,3 +322,46 @@ def test_a_counted_closed_loop_sends_exactly_its_requests_then_ends() -> None:
     run = drive(sender, phases)
     assert [sum(1 for r in run.records if r.phase == p) for p in (0, 1, 2)] == [7, 2, 1]
     assert run.seconds < 600.0 and sender.max_in_flight <= 3
+
+
+class FakeTensorModule:
+    """Stands in for tritonclient.grpc.aio: tensors that keep their arrays."""
+
+    class InferInput:
+        def __init__(self, name: str, shape: list[int], datatype: str) -> None:
+            self.name, self.shape, self.datatype = name, shape, datatype
+
+        def set_data_from_numpy(self, array) -> None:
+            self.array = array
+
+    class InferRequestedOutput:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+
+def test_the_triton_sender_builds_each_kinds_request_and_a_target_may_fix_its_priority() -> None:
+    from tools.load.requests import embed_target, encoder_target
+    from tools.load.triton import TritonSender
+
+    bulk = embed_target(texts_per_request=2)
+    bulk.priority, bulk.timeout_us = 2, 1000
+    sender = TritonSender("127.0.0.1:1", {"texts": bulk, "ids": encoder_target(8)})
+    sender.module = FakeTensorModule
+    texts = sender.prepare(Request(0, "texts", priority=1))
+    (tensor,), _outputs = texts.payload
+    assert (texts.model, texts.rows, tensor.name, tensor.shape) == ("embed", 2, "TEXT", [2, 1])
+    assert (texts.request.priority, texts.request.timeout_us) == (2, 1000)
+    ids = sender.prepare(Request(1, "ids", priority=1))
+    assert [t.name for t in ids.payload[0]] == ["INPUT_IDS", "ATTENTION_MASK"] and ids.payload[0][0].shape == [1, 8]
+    assert ids.request.priority == 1 and [o.name for o in ids.payload[1]] == ["EMBEDDING"]
+
+
+def test_the_record_keeps_what_the_sender_fixed() -> None:
+    class Fixing(FakeSender):
+        def prepare(self, request: Request) -> Prepared:
+            prepared = super().prepare(request)
+            prepared.request = Request(request.index, request.kind, 3)
+            return prepared
+
+    run = drive(Fixing(), [Phase(Trace((0.0, 0.0), cycle=False), 0.01)])
+    assert {r.priority for r in run.records} == {3}

@@ -30,7 +30,8 @@ DEADLINE_S = 120.0
 
 @dataclass
 class Prepared:
-    """A request ready to send: built before the clock starts, so building is not latency."""
+    """A request ready to send: built before the clock starts, so building is not latency.
+    `request` is what is sent and recorded: a sender may fix its priority or timeout by kind."""
 
     request: Request
     model: str
@@ -134,6 +135,7 @@ class LoadEngine:
         except Exception as exc:  # tritonclient's exception and transport errors alike are outcomes
             outcome, message = classify_exception(exc)
         done = time.perf_counter()
+        request = prepared.request  # the sender may have fixed what its kind implies (e.g. a priority)
         self.records.append(
             Record(
                 request.index,

@@ -45,6 +45,8 @@ class Target:
     # Request index -> (length class, tokens), for results per class and useful tokens/s;
     # read once per request, after make_inputs for the same index.
     request_class: Callable[[int], tuple[str, int]] | None = None
+    priority: int | None = None  # every request of this target at this level (None: the mix decides)
+    timeout_us: int | None = None  # and with this queue timeout (None: the mix decides)
 
 
 def bytes_tensor(module, array: np.ndarray, name: str = TEXT_INPUT):

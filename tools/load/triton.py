@@ -6,6 +6,8 @@ per run is the common case, several (a soak's good and bad requests) work the sa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tools.embed import client_module
 from tools.load.engine import Prepared
 from tools.load.mix import DEFAULT_KIND, Request
@@ -35,6 +37,10 @@ class TritonSender:
         inputs = target.make_inputs(self.module, request.index)
         outputs = [self.module.InferRequestedOutput(name) for name in target.outputs]
         label, tokens = target.request_class(request.index) if target.request_class else ("", None)
+        if target.priority is not None:
+            request = replace(request, priority=target.priority)
+        if target.timeout_us is not None:
+            request = replace(request, timeout_us=target.timeout_us)
         return Prepared(request, target.model, (inputs, outputs), target.rows_per_request, tokens, label)
 
     async def send(self, prepared: Prepared) -> None:
