@@ -196,6 +196,7 @@ class LoadEngine:
         """Every phase in turn (until `stop` is set), then wait for the requests in flight."""
         stop = stop or asyncio.Event()
         rng = np.random.default_rng(self.seed)
+        self.started = time.perf_counter()
         await self.sender.open()
         try:
             self.started = time.perf_counter()
