@@ -60,7 +60,9 @@ def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.priority_probe", description=__doc__)
     parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (default: %(default)s)")
     parser.add_argument("--models", nargs="+", default=["encoder", "embed"], choices=("encoder", "embed"))
-    parser.add_argument("--threads", type=int, default=32, help="closed-loop clients, half per class (default: %(default)s)")
+    parser.add_argument(
+        "--threads", type=int, default=32, help="closed-loop clients; each request is class A or B, half each (default: %(default)s)"
+    )
     parser.add_argument("--seconds", type=float, default=15.0, help="per model (default: %(default)s)")
     parser.add_argument("--priorities", type=int, nargs=2, default=(1, 2), help="class A and class B (default: 1 2)")
     parser.add_argument("--timeout-us", type=int, default=0, help="queue timeout on class B requests (default: none)")
