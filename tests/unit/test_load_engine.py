@@ -9,6 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from tests.unit import fake_tritonclient
 from tools.load import ClosedLoop, Constant, LoadEngine, Phase, Poisson, Prepared, Request, RequestMix, Results, Trace, arrivals, drive
 from tools.load.outcomes import CLIENT_TIMEOUT, ERROR, OK, REJECTED, TIMEOUT, UNAVAILABLE, classify
 from tools.load.results import LatencySummary, percentile
@@ -324,21 +325,6 @@ def test_a_counted_closed_loop_sends_exactly_its_requests_then_ends() -> None:
     assert run.seconds < 600.0 and sender.max_in_flight <= 3
 
 
-class FakeTensorModule:
-    """Stands in for tritonclient.grpc.aio: tensors that keep their arrays."""
-
-    class InferInput:
-        def __init__(self, name: str, shape: list[int], datatype: str) -> None:
-            self.name, self.shape, self.datatype = name, shape, datatype
-
-        def set_data_from_numpy(self, array) -> None:
-            self.array = array
-
-    class InferRequestedOutput:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-
 def test_the_triton_sender_builds_each_kinds_request_and_a_target_may_fix_its_priority() -> None:
     from tools.load.requests import embed_target, encoder_target
     from tools.load.triton import TritonSender
@@ -346,7 +332,7 @@ def test_the_triton_sender_builds_each_kinds_request_and_a_target_may_fix_its_pr
     bulk = embed_target(texts_per_request=2)
     bulk.priority, bulk.timeout_us = 2, 1000
     sender = TritonSender("127.0.0.1:1", {"texts": bulk, "ids": encoder_target(8)})
-    sender.module = FakeTensorModule
+    sender.module = fake_tritonclient
     texts = sender.prepare(Request(0, "texts", priority=1))
     (tensor,), _outputs = texts.payload
     assert (texts.model, texts.rows, tensor.name, tensor.shape) == ("embed", 2, "TEXT", [2, 1])

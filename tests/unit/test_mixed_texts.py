@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 from tokenizers import Tokenizer
 
+from tests.unit import fake_tritonclient
 from tools.load.mixed_texts import DEFAULT_TOKENIZER, LONG, SHORT, LengthMix, MixedTexts, parse_token_range
 from tools.load.requests import mixed_target
 from tools.loadgen.cli_args import add_load_arguments, target_from_args
@@ -94,7 +95,7 @@ def test_the_load_generator_sends_mixed_texts_and_knows_each_class() -> None:
     assert "50% 100-256 tokens" in target.describe
     classes = Counter()
     for index in range(400):
-        target.make_inputs(RecordingClientModule, index)
+        target.make_inputs(fake_tritonclient, index)
         classes[target.request_class(index)[0]] += 1
     assert set(classes) == {SHORT, LONG}
     with pytest.raises(ValueError, match="takes token ids"):
@@ -107,18 +108,7 @@ def test_a_second_run_of_the_same_target_sends_new_texts() -> None:
     sent = []
     for _run in range(2):
         for index in range(50):
-            (tensor,) = target.make_inputs(RecordingClientModule, index)
+            (tensor,) = target.make_inputs(fake_tritonclient, index)
             sent.append(tensor.array[0, 0])
             target.request_class(index)
     assert len(set(sent)) == 100
-
-
-class RecordingClientModule:
-    """Stands in for tritonclient.grpc / .http: keeps the array each input was given."""
-
-    class InferInput:
-        def __init__(self, name: str, shape: list[int], datatype: str) -> None:
-            self.name, self.shape, self.datatype = name, shape, datatype
-
-        def set_data_from_numpy(self, array) -> None:
-            self.array = array
