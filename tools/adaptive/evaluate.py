@@ -30,7 +30,7 @@ from tools.adaptive.report import phase_summary, render_markdown
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
 from tools.load.engine import Run
-from tools.load.requests import encoder_target
+from tools.load.requests import RequestSettings, fetch_model_config, request_factory
 from tools.loadgen.cli_args import number_list
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import has_priority_queues, without_priority_queues
@@ -100,8 +100,8 @@ def replay_controlled(endpoints, base, settings: ControlSettings, target, arriva
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    target = encoder_target(args.seq_len)
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        target = request_factory(fetch_model_config(endpoints.http_url, "encoder"), RequestSettings(seq_len=args.seq_len))
         served = server_config(endpoints.grpc_url, "encoder")
         base = served if args.keep_priority_queues else without_priority_queues(served)
         committed = base.dynamic_batching.max_queue_delay_microseconds
