@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from export.names import INPUT_NAMES, OUTPUT_NAME
 from export.source_model import SourceModel
 
-INPUT_NAMES = ("INPUT_IDS", "ATTENTION_MASK")
-OUTPUT_NAME = "EMBEDDING"
+__all__ = ["INPUT_NAMES", "OUTPUT_NAME", "PooledEncoder", "export_onnx", "load_pooled_encoder"]
 OPSET = 17
 
 

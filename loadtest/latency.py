@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.load.results import percentile
+
 SUCCESS_SUFFIX = "_success_latency.csv"
 PERCENTILES = (50, 95, 99)
 FIELDS = ("Type", "Name", "Count", *(f"p{p}_ms" for p in PERCENTILES), "Max_ms")
@@ -53,7 +55,7 @@ class SuccessLatency:
             data = np.asarray(values)
             row: dict[str, object] = {"Type": request_type, "Name": name, "Count": len(values)}
             for p in PERCENTILES:
-                row[f"p{p}_ms"] = round(float(np.percentile(data, p)), 1)
+                row[f"p{p}_ms"] = round(percentile(data, p), 1)
             row["Max_ms"] = round(float(data.max()), 1)
             rows.append(row)
         return rows

@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtest.latency import SUCCESS_SUFFIX
+from tools.load.outcomes import CLIENT_TIMEOUT, REJECTED, TIMEOUT, classify
 
 TRAFFIC_CLASSES = ("interactive", "bulk")
-# How Triton words its queue-policy refusals: queue full, and queue timeout (REJECT action).
-FAILURE_KINDS = (
-    ("queue full", "Exceeds maximum queue size"),
-    ("queue timeout", "Request timeout expired"),
-    ("client timeout", "Deadline Exceeded"),
-    ("client timeout", "timed out"),
-)
+# The shared outcome classification (tools/load/outcomes.py) under the names this report shows.
+FAILURE_KINDS = {REJECTED: "queue full", TIMEOUT: "queue timeout", CLIENT_TIMEOUT: "client timeout"}
 
 
 @dataclass(frozen=True)
@@ -84,10 +80,8 @@ def traffic_of(name: str) -> str:
 
 
 def classify_failure(error: str) -> str:
-    for kind, marker in FAILURE_KINDS:
-        if marker.lower() in error.lower():
-            return kind
-    return "other"
+    """A locust failure's kind, as the load engine classifies the same message."""
+    return FAILURE_KINDS.get(classify(error), "other")
 
 
 def _read(path: Path) -> list[dict[str, str]]:

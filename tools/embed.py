@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import logging
 import numbers
@@ -33,14 +34,11 @@ log = logging.getLogger("embed")
 DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
 
 
-def client_module(protocol: str):
-    if protocol == "http":
-        import tritonclient.http as module
-    elif protocol == "grpc":
-        import tritonclient.grpc as module
-    else:
+def client_module(protocol: str, aio: bool = False):
+    """tritonclient's module for the protocol: blocking, or asyncio (`aio`, as the load engine uses)."""
+    if protocol not in ("http", "grpc"):
         raise ValueError(f"unknown protocol {protocol!r}; use 'http' or 'grpc'")
-    return module
+    return importlib.import_module(f"tritonclient.{protocol}{'.aio' if aio else ''}")
 
 
 def text_input(module, texts: list[str] | list[bytes], name: str = "TEXT"):

@@ -2,7 +2,7 @@
 
 Starts a local Triton on a copy of the repository whose tokenizer and encoder queues
 hold `--queue` requests per priority level, measures its capacity (closed loop), drives
-an open-loop rate several times above it with a priority mix, and reports per level
+an open-loop rate (on the load engine, tools/load) several times above it with a priority mix, and reports per level
 over the whole run: accepted/rejected counts and the latency of accepted requests.
 Every request sent is reconciled with the server's statistics.
 """
@@ -17,9 +17,14 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tools.loadgen import Measurement, Traffic, embed_target, run_load
+from tools.load.engine import drive
+from tools.load.mix import RequestMix
+from tools.load.outcomes import OK, REJECTED, SHED, TIMEOUT
+from tools.load.requests import embed_target
+from tools.load.results import Results, format_ms
+from tools.load.schedules import Phase, Poisson
+from tools.load.triton import TritonSender
 from tools.loadgen.measure import measure_capacity
-from tools.loadgen.report import format_ms
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
@@ -86,12 +91,10 @@ class OverloadResult:
     def describe(self) -> str:
         counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(self.outcomes.items()))
         check = "agree" if self.reconciled else "do NOT agree"
-        return (f"{self.sent} sent in {self.seconds:g} s at {self.rate:g} req/s: {counts}; the server's statistics "
-                f"({self.server_success} ok, {self.server_failures} failures) {check}")  # fmt: skip
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+        return (
+            f"{self.sent} sent in {self.seconds:g} s at {self.rate:g} req/s: {counts}; the server's statistics "
+            f"({self.server_success} ok, {self.server_failures} failures) {check}"
+        )
 
 
 def overload_rate(server: LocalTriton, factor: float = OVERLOAD_FACTOR) -> tuple[float, float]:
@@ -102,30 +105,29 @@ def overload_rate(server: LocalTriton, factor: float = OVERLOAD_FACTOR) -> tuple
 
 
 def run_overload(server: LocalTriton, rate: float, seconds: float, mix: dict[int, float], seed: int = 0) -> OverloadResult:
-    """One open-loop overload. Counts and latencies cover every request of the run: no
-    warm-up is discarded, since an overload is about what happens to each request."""
+    """One open-loop overload on the load engine. Counts and latencies cover every request of
+    the run: no warm-up is discarded, since an overload is about what happens to each request."""
     options = server.options
     before = ModelStats.settled(options.http_url, "embed")
-    traffic = Traffic(rate=rate, priority_mix=mix, seed=seed)
-    windows = max(1, round(seconds))
-    measurement = Measurement(warmup_s=0.0, window_s=seconds / windows, stable_windows=windows, max_windows=windows)
-    result = run_load(embed_target(seed=seed), traffic, measurement, options.grpc_url, "grpc", options.http_url)
+    sender = TritonSender(options.grpc_url, embed_target(seed=seed))
+    run = drive(sender, [Phase(Poisson(rate), seconds)], RequestMix(priorities=mix, seed=seed), seed=seed)
     delta = ModelStats.settled(options.http_url, "embed") - before
+    results = Results.of(run.records, seconds)
     levels = []
-    for level, cls in sorted(result.run_per_priority.items()):
+    for level, cls in results.per_priority.items():
         outcomes = cls.outcomes
-        errors = sum(v for k, v in outcomes.items() if k not in ("ok", "rejected", "timeout"))
-        counts = (outcomes.get("ok", 0), outcomes.get("rejected", 0), outcomes.get("timeout", 0), errors)
-        latency = (_rounded(cls.latency.p50_ms), _rounded(cls.latency.p99_ms), _rounded(cls.latency.max_ms))
-        levels.append(LevelRow(level, cls.sent, *counts, *latency))
-    ok = result.run_outcomes.get("ok", 0)
+        errors = sum(v for k, v in outcomes.items() if k not in (OK, *SHED))
+        counts = (outcomes.get(OK, 0), outcomes.get(REJECTED, 0), outcomes.get(TIMEOUT, 0), errors)
+        latency = cls.latency.rounded(1)
+        levels.append(LevelRow(level, cls.sent, *counts, latency["p50_ms"], latency["p99_ms"], latency["max_ms"]))
+    ok = results.outcomes.get(OK, 0)
     # Each request has exactly one outcome on the client, the levels add up to the totals,
     # the server's successes match the client's, and the server saw every failure (a
     # rejection inside a step is not in the step's own statistics, and the ensemble counts it twice).
-    failed = result.run_sent - ok
-    answered = sum(result.run_outcomes.values()) == result.run_sent == sum(row.sent for row in levels)
+    failed = run.sent - ok
+    answered = len(run.records) == run.sent == sum(row.sent for row in levels)
     reconciled = answered and delta.requests == ok and delta.failures == 2 * failed
-    return OverloadResult(rate, seconds, result.run_sent, dict(result.run_outcomes), levels, delta.requests, delta.failures, reconciled)
+    return OverloadResult(rate, seconds, run.sent, results.outcomes, levels, delta.requests, delta.failures, reconciled)
 
 
 def markdown_table(results: list[OverloadResult]) -> str:
@@ -138,21 +140,26 @@ def markdown_table(results: list[OverloadResult]) -> str:
     for number, result in enumerate(results, start=1):
         for row in result.levels:
             latency = " | ".join(format_ms(value) for value in (row.p50_ms, row.p99_ms, row.max_ms))
-            lines.append(f"| {number} | {result.rate:g} | {row.level} | {row.sent} | {row.ok} | {row.rejected} | {row.timeout} | "
-                         f"{row.other_errors} | {latency} |")  # fmt: skip
+            lines.append(
+                f"| {number} | {result.rate:g} | {row.level} | {row.sent} | {row.ok} | {row.rejected} | {row.timeout} | "
+                f"{row.other_errors} | {latency} |"
+            )
     lines.append("")
     capacity = results[0].capacity_rps if results else None
     if capacity is not None:
-        lines.append(f"- offered rate: {results[0].rate:g} req/s = {results[0].rate / capacity:.1f} x the capacity measured first "
-                     f"({capacity:.1f} req/s, closed loop of {CAPACITY_CLIENTS} clients)")  # fmt: skip
+        lines.append(
+            f"- offered rate: {results[0].rate:g} req/s = {results[0].rate / capacity:.1f} x the capacity measured first "
+            f"({capacity:.1f} req/s, closed loop of {CAPACITY_CLIENTS} clients)"
+        )
     lines += [f"- run {number}: {result.describe()}" for number, result in enumerate(results, start=1)]
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.overload", description=__doc__)
-    parser.add_argument("--rate", type=float, default=None,
-                        help=f"offered load, req/s (default: {OVERLOAD_FACTOR:g} x the capacity measured first)")  # fmt: skip
+    parser.add_argument(
+        "--rate", type=float, default=None, help=f"offered load, req/s (default: {OVERLOAD_FACTOR:g} x the capacity measured first)"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="per run (default %(default)s)")
     parser.add_argument("--queue", type=int, default=16, help="tokenizer and encoder max_queue_size per priority level")
     parser.add_argument("--runs", type=int, default=3)

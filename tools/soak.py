@@ -1,6 +1,6 @@
 """`python -m tools.soak`: a bounded soak at a steady, sub-capacity rate.
 
-Sends a fixed-rate mix of good requests (unique texts, plus repeats the cache
+Drives the load engine (tools/load) at a fixed rate with a mix of good requests (unique texts, plus repeats the cache
 answers) and bad ones (invalid UTF-8 through the ensemble, an out-of-range token id at
 the encoder, a wrong shape), each kind with its expected outcome. Per window it records
 the latency of good requests and the resident memory of tritonserver and each backend
@@ -18,14 +18,20 @@ import json
 import logging
 import math
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from tools.health_watch import stub_processes
-from tools.loadgen.report import LatencySummary, format_ms
+from tools.load.engine import LoadEngine, Run
+from tools.load.mix import RequestMix
+from tools.load.outcomes import OK
+from tools.load.requests import Target, bytes_tensor, token_tensors
+from tools.load.results import Results, format_ms
+from tools.load.schedules import Constant, Phase
+from tools.load.triton import TritonSender
 from tools.local_triton import LocalTriton, ServerOptions, free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
@@ -66,8 +72,10 @@ class Window:
 
     def progress(self, sent: int, answered: int) -> str:
         memory = ", ".join(f"{name} {mb:.0f} MB" for name, mb in self.memory_mb.items())
-        return (f"{self.t_s:6.0f} s: {sent} sent, {answered} answered; good requests in the window: {self.completed}, "
-                f"p50 {format_ms(self.good_p50_ms)} ms, p99 {format_ms(self.good_p99_ms)} ms; memory {memory}")  # fmt: skip
+        return (
+            f"{self.t_s:6.0f} s: {sent} sent, {answered} answered; good requests in the window: {self.completed}, "
+            f"p50 {format_ms(self.good_p50_ms)} ms, p99 {format_ms(self.good_p99_ms)} ms; memory {memory}"
+        )
 
 
 @dataclass
@@ -117,88 +125,56 @@ class SoakReport:
         return "\n".join(lines)
 
 
-class _Soak:
-    def __init__(self, grpc_url: str, rate: float, duration_s: float, window_s: float, server_pid: int, seed: int) -> None:
-        import tritonclient.grpc.aio as module
+def soak_targets() -> dict[str, Target]:
+    """One request factory per kind of the mix; texts numbered so the cache never answers a good one."""
+    counter = itertools.count()
 
-        self.module = module
-        self.grpc_url = grpc_url
-        self.client = None  # made inside the event loop, which the aio channel binds to
-        self.rate, self.duration_s, self.window_s, self.server_pid = rate, duration_s, window_s, server_pid
-        rng = np.random.default_rng(seed)
-        kinds = list(MIX)
-        self.schedule = rng.choice(kinds, size=int(rate * duration_s) + 1, p=[MIX[k][0] for k in kinds])
-        self.counter = itertools.count()
-        self.sent = 0
-        self.records: list[tuple[str, float, float, bool, str]] = []  # kind, sent, done, ok, message
+    def texts(make_array) -> Callable[[object, int], list]:
+        return lambda module, index: [bytes_tensor(module, make_array())]
+
+    def target(model: str, make_inputs) -> Target:
+        return Target(model, (), make_inputs)
+
+    return {
+        "good": target("embed", texts(lambda: np.array([[f"soak text number {next(counter)}".encode()]], dtype=np.object_))),
+        "repeat": target("embed", texts(lambda: np.array([[b"the same text again"]], dtype=np.object_))),
+        "bad_utf8": target("embed", texts(lambda: np.array([[b"broken \xff\xfe text"]], dtype=np.object_))),
+        "bad_token": target("encoder", lambda module, index: token_tensors(module, np.array([[101, 10_000_000, 102]], dtype=np.int64))),
+        "bad_shape": target("embed", texts(lambda: np.array([b"no batch axis"], dtype=np.object_))),
+    }
+
+
+class _Soak:
+    """The engine at a constant rate with the MIX of kinds, sampled every window."""
+
+    def __init__(self, grpc_url: str, rate: float, duration_s: float, window_s: float, server_pid: int, seed: int) -> None:
+        self.window_s, self.server_pid = window_s, server_pid
+        mix = RequestMix(kinds={kind: share for kind, (share, _) in MIX.items()}, seed=seed)
+        sender = TritonSender(grpc_url, soak_targets())
+        self.engine = LoadEngine(sender, [Phase(Constant(rate), duration_s)], mix, deadline_s=60.0, seed=seed)
         self.windows: list[Window] = []
 
-    def _bytes(self, model_input: str, array: np.ndarray):
-        tensor = self.module.InferInput(model_input, list(array.shape), "BYTES")
-        tensor.set_data_from_numpy(array)
-        return tensor
-
-    def _tokens(self, ids: np.ndarray) -> list:
-        tensors = []
-        for name, array in (("INPUT_IDS", ids), ("ATTENTION_MASK", np.ones_like(ids))):
-            tensor = self.module.InferInput(name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        return tensors
-
-    def request(self, kind: str) -> tuple[str, list]:
-        number = next(self.counter)
-        if kind == "good":
-            return "embed", [self._bytes("TEXT", np.array([[f"soak text number {number}".encode()]], dtype=np.object_))]
-        if kind == "repeat":
-            return "embed", [self._bytes("TEXT", np.array([[b"the same text again"]], dtype=np.object_))]
-        if kind == "bad_utf8":
-            return "embed", [self._bytes("TEXT", np.array([[b"broken \xff\xfe text"]], dtype=np.object_))]
-        if kind == "bad_token":
-            return "encoder", self._tokens(np.array([[101, 10_000_000, 102]], dtype=np.int64))
-        return "embed", [self._bytes("TEXT", np.array([b"no batch axis"], dtype=np.object_))]
-
-    async def send(self, kind: str) -> None:
-        model, inputs = self.request(kind)
-        started = time.perf_counter()
-        try:
-            await asyncio.wait_for(self.client.infer(model, inputs), 60)
-            ok, message = True, ""
-        except Exception as exc:  # tritonclient's exception, a transport error, or our deadline
-            ok, message = False, f"{type(exc).__name__}: {exc}"[:300]
-        self.records.append((kind, started, time.perf_counter(), ok, message))
-
-    def window(self, t0: float, start: float, end: float) -> Window:
-        latencies = [done - sent for kind, sent, done, ok, _ in self.records if kind == "good" and ok and start <= done < end]
-        summary = LatencySummary.of(np.asarray(latencies))
+    def window(self, start: float, end: float) -> Window:
+        good = [r for r in self.engine.records if r.kind == "good" and start <= r.done_s < end]
+        summary = Results.of(good, end - start).latency
         p50, p99 = (None if v is None else round(v, 2) for v in (summary.p50_ms, summary.p99_ms))
-        window = Window(round(end - t0, 1), p50, p99, summary.count, memory(self.server_pid))
-        log.info("%s", window.progress(self.sent, len(self.records)))
+        window = Window(round(end, 1), p50, p99, summary.count, memory(self.server_pid))
+        log.info("%s", window.progress(self.engine.result.sent, len(self.engine.records)))
         return window
 
-    async def run(self) -> tuple[list, list[Window]]:
-        self.client = self.module.InferenceServerClient(self.grpc_url)
-        tasks = set()
-        t0 = time.perf_counter()
-        next_window = t0 + self.window_s
-        window_start = t0
+    async def run(self) -> Run:
         self.windows.append(Window(0.0, None, None, 0, memory(self.server_pid)))
-        for index, kind in enumerate(self.schedule):
-            due = t0 + index / self.rate
-            if due - t0 >= self.duration_s:
-                break
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            task = asyncio.create_task(self.send(str(kind)))
-            self.sent += 1
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            if time.perf_counter() >= next_window:
-                self.windows.append(self.window(t0, window_start, next_window))
-                window_start, next_window = next_window, next_window + self.window_s
-        await asyncio.gather(*list(tasks))
-        self.windows.append(self.window(t0, window_start, time.perf_counter()))
-        await self.client.close()
-        return self.records, self.windows
+        driving = asyncio.create_task(self.engine.run())
+        await self.engine.ready.wait()
+        start = 0.0
+        while not driving.done():
+            await asyncio.wait([driving], timeout=max(0.0, start + self.window_s - self.engine.now()))
+            if not driving.done():
+                self.windows.append(self.window(start, start + self.window_s))
+                start += self.window_s
+        run = await driving
+        self.windows.append(self.window(start, run.seconds))
+        return run
 
 
 def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: float, seed: int = 0) -> SoakReport:
@@ -206,25 +182,26 @@ def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: floa
     options = server.options
     before = {m: ModelStats.settled(options.http_url, m) for m in ("embed", "encoder")}
     soak = _Soak(options.grpc_url, rate, duration_s, window_s, server.pid, seed)
-    sent = len([1 for i in range(len(soak.schedule)) if i / rate < duration_s])
-    records, windows = asyncio.run(soak.run())
+    run = asyncio.run(soak.run())
+    windows = soak.windows
     after = {m: ModelStats.settled(options.http_url, m) - before[m] for m in before}
     outcomes: dict[str, dict[str, int]] = {}
     unexpected: dict[str, int] = {}
     examples: list[str] = []
-    for kind, _, _, ok, message in records:
-        outcomes.setdefault(kind, {"ok": 0, "error": 0})["ok" if ok else "error"] += 1
-        if ok != MIX[kind][1]:
-            unexpected[kind] = unexpected.get(kind, 0) + 1
+    for record in run.records:
+        ok = record.outcome == OK
+        outcomes.setdefault(record.kind, {"ok": 0, "error": 0})["ok" if ok else "error"] += 1
+        if ok != MIX[record.kind][1]:
+            unexpected[record.kind] = unexpected.get(record.kind, 0) + 1
             if len(examples) < 5:
-                examples.append(f"{kind}: {message or 'succeeded'}")
+                examples.append(f"{record.kind}: {record.message or 'succeeded'}")
     measured = [w for w in windows[1:] if w.completed]
     first, last = (measured[0], measured[-1]) if measured else (windows[0], windows[-1])
     return SoakReport(
         rate=rate,
         duration_s=duration_s,
-        sent=sent,
-        answered=len(records),
+        sent=run.sent,
+        answered=len(run.records),
         outcomes=outcomes,
         unexpected=unexpected,
         unexpected_examples=examples,
@@ -251,9 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, default=20.0, help="req/s, well below capacity (default %(default)s)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds per latency/memory sample and progress line")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "soak")
-    parser.add_argument("--cache-mb", type=int, default=64,
-                        help="response cache size (default %(default)s, as `make serve`); a small one fills within minutes, "
-                        "which shows whether memory levels off once it is full")  # fmt: skip
+    parser.add_argument(
+        "--cache-mb",
+        type=int,
+        default=64,
+        help="response cache size (default %(default)s, as `make serve`); a small one fills within minutes, "
+        "which shows whether memory levels off once it is full",
+    )
     add_verbosity_flags(parser)
     return parser
 
@@ -277,8 +258,9 @@ def run(argv: list[str] | None = None) -> int:
     configure_logging(args)
     http, grpc, metrics = free_ports(3)
     args.output.mkdir(parents=True, exist_ok=True)
-    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10,
-                            cache_size_bytes=args.cache_mb * 1024 * 1024)  # fmt: skip
+    options = ServerOptions(
+        http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10, cache_size_bytes=args.cache_mb * 1024 * 1024
+    )
     with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
         log.info("soaking for %g min at %g req/s; a progress line every %g s", args.minutes, args.rate, args.window)
         report = run_soak(server, args.rate, args.minutes * 60.0, args.window)
@@ -286,8 +268,12 @@ def run(argv: list[str] | None = None) -> int:
     print(report.summary())
     print(f"report: {path}")
     if not report.passed:
-        log.error("soak failed: %d request(s) got an unexpected outcome, %d of %d answered (details above)",
-                  sum(report.unexpected.values()), report.answered, report.sent)  # fmt: skip
+        log.error(
+            "soak failed: %d request(s) got an unexpected outcome, %d of %d answered (details above)",
+            sum(report.unexpected.values()),
+            report.answered,
+            report.sent,
+        )
         return 1
     return 0
 

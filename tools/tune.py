@@ -26,6 +26,7 @@ from pathlib import Path
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
 from tools.interrupts import signals_interrupt
+from tools.load.requests import TOKEN_IDS, fetch_model_config, input_kind
 from tools.loadgen.cli_args import (
     add_load_arguments,
     check_load_arguments,
@@ -132,7 +133,7 @@ def priority_queue_options(args: argparse.Namespace) -> list[bool]:
 def derive_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> tuple[list[int], list[int], int]:
     """Batch sizes around the knee of the measured curve; delays as fractions of one
     knee-sized execution (waiting longer than a batch takes rarely pays)."""
-    if not args.model.startswith("encoder"):
+    if input_kind(fetch_model_config(http_url, args.model)) != TOKEN_IDS:
         return [4, 8, 16, 32], [0, 1000, 4000, 10000], 0
     sizes = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= base_max_batch]
     log.info("measuring the batch curve of %s at %d tokens (batch sizes %s)", args.model, args.seq_len, sizes)
@@ -182,10 +183,10 @@ def run_tuning(args: argparse.Namespace) -> int:
     # The batch curve is measured at the traffic's length: texts through the ensemble pad
     # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
     args.seq_len = args.seq_len or (32 if load_model != args.model else 128)
-    target = target_from_args(args, load_model)
     traffics = traffics_from_args(args)
     measurement = measurement_from_args(args, models=(args.model,))
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        target = target_from_args(args, fetch_model_config(endpoints.http_url, load_model))  # texts or token ids: the server says
         # Candidates derive from what the server runs (a GPU/TensorRT server runs its own
         # config, not the committed CPU one), and exactly that is loaded back at the end.
         base = served_config(endpoints.http_url, args.model, endpoints.headers)

@@ -13,8 +13,8 @@ from tools import adapt
 from tools.adaptive.live import server_config, with_delay
 from tools.adaptive.replay import Phase, phase_trace, replay
 from tools.admin_key import headers_for
-from tools.loadgen.report import OK
-from tools.loadgen.targets import encoder_target
+from tools.load.outcomes import OK
+from tools.load.requests import encoder_target
 from tools.local_triton import ServerOptions
 from tools.tuning.curve import encoder_batch, measure_curve
 from tools.tuning.reload import load_with_config
@@ -77,9 +77,9 @@ def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_r
     served = server_config(explicit_triton.grpc_url, "encoder")
     assert served.dynamic_batching.max_queue_delay_microseconds == document["final_delay_us"] < START_DELAY_US
     assert served.dynamic_batching.priority_levels == 2, "only the delay changes"
-    records = outcome["records"]
-    assert len(records.outcome) == len(arrivals)
-    assert set(records.outcome) == {OK}, "no request failed, also during the reloads"
+    records = outcome["records"].records
+    assert len(records) == len(arrivals)
+    assert {r.outcome for r in records} == {OK}, "no request failed, also during the reloads"
 
 
 def test_a_dry_run_decides_but_reloads_nothing(explicit_triton, tmp_path) -> None:

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
 from tools.length_policy import policy_configs
-from tools.loadgen.targets import token_tensors
+from tools.load.requests import token_tensors
 from tools.padding_waste import PaddingCounts
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.stats import ModelStats

@@ -20,7 +20,7 @@ from export.quality_texts import text_sets
 from tests.conftest import start_triton
 from tests.unit.test_repository_check import copy_configs
 from tools.embed import EmbeddingClient
-from tools.loadgen.targets import token_tensors
+from tools.load.requests import token_tensors
 from tools.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]

@@ -22,7 +22,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tools.embed import EmbeddingClient, client_module
-from tools.loadgen.targets import token_tensors
+from tools.load.requests import token_tensors
 from tools.local_triton import ServerOptions
 from tools.metrics_summary import fetch_text, metrics_by_model
 from tools.model_config import load_config

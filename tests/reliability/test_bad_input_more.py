@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient, client_module, text_input
-from tools.loadgen.targets import token_tensors
+from tools.load.requests import token_tensors
 from tools.local_triton import ServerOptions
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY

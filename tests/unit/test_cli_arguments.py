@@ -25,7 +25,6 @@ BAD = [
     (["tools.loadgen", "--burst-rate", "100", *NOWHERE], "--burst-rate alternates with --rate"),
     (["tools.loadgen", "--seq-len", "0", "--model", "encoder", *NOWHERE], "--seq-len"),
     (["tools.loadgen", "--priority-mix", "1:0.5", *NOWHERE], "add up to 1"),
-    (["tools.loadgen", "--texts", "mixed", "--model", "encoder", *NOWHERE], "--texts mixed sends texts: use it with the embed model"),
     (["tools.loadgen", "--texts", "mixed", "--texts-per-request", "4", *NOWHERE], "--texts mixed sends one text per request"),
     (["tools.loadgen", "--texts", "mixed", "--passage-share", "1.5", *NOWHERE], "--passage-share must be within 0..1"),
     (["tools.loadgen", "--texts", "mixed", "--short-tokens", "30-5", *NOWHERE], "--short-tokens: short token range 30-5"),

@@ -8,9 +8,10 @@ from collections import Counter
 import pytest
 from tokenizers import Tokenizer
 
+from tests.unit import fake_tritonclient
+from tools.load.mixed_texts import DEFAULT_TOKENIZER, LONG, SHORT, LengthMix, MixedTexts, parse_token_range
+from tools.load.requests import mixed_target
 from tools.loadgen.cli_args import add_load_arguments, target_from_args
-from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LONG, SHORT, LengthMix, MixedTexts, parse_token_range
-from tools.loadgen.targets import mixed_target
 
 pytestmark = pytest.mark.skipif(not DEFAULT_TOKENIZER.is_file(), reason="needs the exported tokenizer.json (make export)")
 
@@ -80,18 +81,25 @@ def test_token_ranges_parse_from_the_command_line() -> None:
         parse_token_range("30")
 
 
+EMBED_CONFIG = {"name": "embed", "input": [{"name": "TEXT", "data_type": "TYPE_STRING"}], "output": [{"name": "EMBEDDING"}]}
+ENCODER_CONFIG = {
+    "name": "encoder",
+    "input": [{"name": "INPUT_IDS", "data_type": "TYPE_INT64"}, {"name": "ATTENTION_MASK", "data_type": "TYPE_INT64"}],
+}
+
+
 def test_the_load_generator_sends_mixed_texts_and_knows_each_class() -> None:
     parser = argparse.ArgumentParser()
     add_load_arguments(parser)
-    target = target_from_args(parser.parse_args(["--texts", "mixed", "--passage-share", "0.5"]))
+    target = target_from_args(parser.parse_args(["--texts", "mixed", "--passage-share", "0.5"]), EMBED_CONFIG)
     assert "50% 100-256 tokens" in target.describe
     classes = Counter()
     for index in range(400):
-        target.make_inputs(RecordingClientModule, index)
+        target.make_inputs(fake_tritonclient, index)
         classes[target.request_class(index)[0]] += 1
     assert set(classes) == {SHORT, LONG}
-    with pytest.raises(ValueError, match="embed model"):
-        target_from_args(parser.parse_args(["--texts", "mixed", "--model", "encoder"]))
+    with pytest.raises(ValueError, match="takes token ids"):
+        target_from_args(parser.parse_args(["--texts", "mixed", "--model", "encoder"]), ENCODER_CONFIG)
 
 
 def test_a_second_run_of_the_same_target_sends_new_texts() -> None:
@@ -100,18 +108,7 @@ def test_a_second_run_of_the_same_target_sends_new_texts() -> None:
     sent = []
     for _run in range(2):
         for index in range(50):
-            (tensor,) = target.make_inputs(RecordingClientModule, index)
+            (tensor,) = target.make_inputs(fake_tritonclient, index)
             sent.append(tensor.array[0, 0])
             target.request_class(index)
     assert len(set(sent)) == 100
-
-
-class RecordingClientModule:
-    """Stands in for tritonclient.grpc / .http: keeps the array each input was given."""
-
-    class InferInput:
-        def __init__(self, name: str, shape: list[int], datatype: str) -> None:
-            self.name, self.shape, self.datatype = name, shape, datatype
-
-        def set_data_from_numpy(self, array) -> None:
-            self.array = array

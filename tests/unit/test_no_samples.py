@@ -10,10 +10,12 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from tools.adaptive.replay import Phase, Records, window_figures
+from tools.adaptive.replay import Phase, window_figures
 from tools.adaptive.report import best_static, phase_summary, render_markdown, verdict
 from tools.bench.render import render_markdown as render_bench
-from tools.loadgen.report import ClassResult, LatencySummary, LoadResult, ServerWindow, summarise_classes, summarise_lengths
+from tools.load.engine import Record
+from tools.load.results import ClassResult, LatencySummary, Results
+from tools.loadgen.report import LoadResult, ServerWindow
 from tools.overload import LevelRow, OverloadResult, markdown_table
 from tools.soak import SoakReport, Window
 from tools.stats import ModelStats
@@ -28,8 +30,23 @@ FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")
 def load_result(outcomes: dict[str, int], latency: LatencySummary, per_priority: dict[int, ClassResult] | None = None) -> LoadResult:
     sent = sum(outcomes.values())
     ok = outcomes.get("ok", 0)
-    return LoadResult("poisson 40 req/s", "embed", "grpc", 10.0, 3, True, sent, outcomes, ok / 10, ok / 10, latency,
-                      per_priority or {}, 0, 1.0, open_loop=True)  # fmt: skip
+    return LoadResult(
+        "poisson 40 req/s",
+        "embed",
+        "grpc",
+        10.0,
+        3,
+        True,
+        sent,
+        outcomes,
+        ok / 10,
+        ok / 10,
+        latency,
+        per_priority or {},
+        0,
+        1.0,
+        open_loop=True,
+    )
 
 
 def test_an_empty_latency_summary_is_none_everywhere_and_null_in_json() -> None:
@@ -39,10 +56,14 @@ def test_an_empty_latency_summary_is_none_everywhere_and_null_in_json() -> None:
     assert json.loads(json.dumps(asdict(summary))) == {"count": 0} | dict.fromkeys(FIGURES)
 
 
+def record(sent: float, latency: float, outcome: str, priority: int = 0, label: str = "", tokens: int | None = None) -> Record:
+    return Record(0, "default", priority, "embed", 0, sent, latency, outcome, 1, tokens, label)
+
+
 def test_a_class_whose_requests_were_all_rejected_has_no_latency() -> None:
-    priorities = np.array([1, 1, 2, 2, 2])
+    latencies = [0.010, 0.020, 0.001, 0.001, 0.001]
     outcomes = ["ok", "ok", "rejected", "rejected", "rejected"]
-    classes = summarise_classes(priorities, outcomes, np.array([0.010, 0.020, 0.001, 0.001, 0.001]), 1.0)
+    classes = Results.of([record(0, s, o, p) for s, o, p in zip(latencies, outcomes, [1, 1, 2, 2, 2])], 1.0).per_priority
     assert classes[1].latency.p50_ms == pytest.approx(15.0)
     assert classes[2].latency.count == 0 and classes[2].latency.p50_ms is None
     assert classes[2].outcomes == {"rejected": 3} and classes[2].throughput_rps == 0.0
@@ -51,12 +72,15 @@ def test_a_class_whose_requests_were_all_rejected_has_no_latency() -> None:
 def test_a_length_class_whose_requests_all_failed_has_no_latency_and_no_useful_tokens() -> None:
     labels = ["short", "long", "short", "long"]
     outcomes = ["ok", "timeout", "ok", "timeout"]
-    per_class, useful = summarise_lengths(labels, np.array([10, 200, 20, 180]), outcomes, np.array([0.01, 2.0, 0.03, 2.0]), 2.0)
+    latencies, tokens = [0.01, 2.0, 0.03, 2.0], [10, 200, 20, 180]
+    results = Results.of([record(0, *entry) for entry in zip(latencies, outcomes, [0] * 4, labels, tokens)], 2.0)
+    per_class = results.per_label
     assert per_class["short"].latency.p50_ms == pytest.approx(20.0)
     assert per_class["long"].latency.count == 0 and all(getattr(per_class["long"].latency, name) is None for name in FIGURES)
     assert per_class["long"].outcomes == {"timeout": 2}
-    assert useful == pytest.approx(15.0), "only the answered requests' tokens count"
-    assert summarise_lengths([], np.array([], dtype=int), [], np.array([]), 2.0) == ({}, None), "nothing sent: no rate"
+    assert results.useful_tokens_per_s == pytest.approx(15.0), "only the answered requests' tokens count"
+    nothing = Results.of([], 2.0)
+    assert (nothing.per_label, nothing.useful_tokens_per_s) == ({}, None), "nothing sent: no rate"
 
 
 def test_the_terminal_table_shows_a_dash_for_a_class_without_latency() -> None:
@@ -108,11 +132,8 @@ def test_tuner_csv_leaves_a_missing_latency_empty(tmp_path) -> None:
     assert row["p50_ms"] == row["p99_ms"] == row["score_p99_ms"] == ""
 
 
-def records(entries: list[tuple[float, float, str]]) -> Records:
-    log = Records()
-    for sent, latency, outcome in entries:
-        log.add(sent, latency, outcome)
-    return log
+def records(entries: list[tuple[float, float, str]]) -> list[Record]:
+    return [record(sent, latency, outcome) for sent, latency, outcome in entries]
 
 
 def test_a_replay_window_with_nothing_sent_or_answered_has_no_figures() -> None:
@@ -127,8 +148,11 @@ PHASES = [Phase("low", 10, 5.0), Phase("peak", 40, 5.0)]
 
 def run_of(label: str, entries: list[tuple[float, float, str]]) -> dict:
     log = records(entries)
-    return {"label": label, "phases": phase_summary(log, PHASES, slo_ms=100),
-            "windows": [asdict(window_figures(log, a, a + 5.0, 100)) for a in (0.0, 5.0)]}  # fmt: skip
+    return {
+        "label": label,
+        "phases": phase_summary(log, PHASES, slo_ms=100),
+        "windows": [asdict(window_figures(log, a, a + 5.0, 100)) for a in (0.0, 5.0)],
+    }
 
 
 def test_best_static_never_prefers_a_config_that_served_nothing() -> None:
@@ -153,10 +177,14 @@ def test_the_adaptive_report_renders_missing_figures_as_dashes() -> None:
         "settings": {"p99_ms": 100, "seq_len": 128, "phases": [asdict(p) for p in PHASES], "arrivals": 3},
         "curve": [{"batch_size": 1, "rows_per_s": 60.0}],
         "runs": runs,
-        "reload_cost": {"reload_seconds": [1.0], "failed_total": 0, "outside_reload": {"requests": 0, "failed": 0},
-                        "during_reload": {"requests": 2, "failed": 0, "mean_ms": 5.0, "p50_ms": 5.0, "p99_ms": 6.0, "max_ms": 6.0}},
+        "reload_cost": {
+            "reload_seconds": [1.0],
+            "failed_total": 0,
+            "outside_reload": {"requests": 0, "failed": 0},
+            "during_reload": {"requests": 2, "failed": 0, "mean_ms": 5.0, "p50_ms": 5.0, "p99_ms": 6.0, "max_ms": 6.0},
+        },
         "controller": {"decisions": [], "reloads": []},
-    }  # fmt: skip
+    }
     markdown = render_markdown(results)
     assert "the controller does NOT match it" in markdown
     assert "| - (- ms) |" in markdown  # a window with nothing sent
@@ -185,9 +213,21 @@ def test_the_benchmark_report_shows_a_level_without_latency_as_dashes() -> None:
 def test_soak_and_overload_reports_show_missing_latency_as_dashes() -> None:
     window = Window(30.0, None, None, 0, {"tritonserver": 40.0})
     assert "p50 - ms, p99 - ms" in window.progress(10, 10)
-    report = SoakReport(5, 30.0, 10, 10, {"good": {"ok": 0, "error": 10}}, {"good": 10}, ["good: Exceeds maximum queue size"],
-                        {"tritonserver": 40.0}, {"tritonserver": 41.0}, {"p50_ms": None, "p99_ms": None},
-                        {"p50_ms": None, "p99_ms": None}, {"embed": {"success": 0, "failures": 10, "cache_hits": 0}}, [window])  # fmt: skip
+    report = SoakReport(
+        5,
+        30.0,
+        10,
+        10,
+        {"good": {"ok": 0, "error": 10}},
+        {"good": 10},
+        ["good: Exceeds maximum queue size"],
+        {"tritonserver": 40.0},
+        {"tritonserver": 41.0},
+        {"p50_ms": None, "p99_ms": None},
+        {"p50_ms": None, "p99_ms": None},
+        {"embed": {"success": 0, "failures": 10, "cache_hits": 0}},
+        [window],
+    )
     summary = report.summary()
     assert "p50 - -> - ms" in summary and "FAILED" in summary and "None" not in summary
     row = LevelRow(2, 10, 0, 10, 0, 0, None, None, None)

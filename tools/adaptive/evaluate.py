@@ -25,12 +25,13 @@ from pathlib import Path
 from tools.adaptive.control import Controller, ControlSettings
 from tools.adaptive.live import LiveController, server_config, with_delay
 from tools.adaptive.reload_cost import measure_reload_cost
-from tools.adaptive.replay import Phase, Records, phase_trace, replay, windows
+from tools.adaptive.replay import Phase, phase_trace, replay, windows
 from tools.adaptive.report import phase_summary, render_markdown
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
+from tools.load.engine import Run
+from tools.load.requests import RequestSettings, fetch_model_config, request_factory
 from tools.loadgen.cli_args import number_list
-from tools.loadgen.targets import encoder_target
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import has_priority_queues, without_priority_queues
 from tools.paths import REPO_ROOT
@@ -70,17 +71,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def replay_static(endpoints, base, delay: int, target, arrivals) -> Records:
+def replay_static(endpoints, base, delay: int, target, arrivals) -> Run:
     load_with_config(endpoints.http_url, "encoder", with_delay(base, delay), endpoints.headers)
     time.sleep(1.0)
     return replay(target, arrivals, endpoints.grpc_url)
 
 
-def replay_controlled(endpoints, base, settings: ControlSettings, target, arrivals, window_s: float) -> tuple[Records, LiveController]:
+def replay_controlled(endpoints, base, settings: ControlSettings, target, arrivals, window_s: float) -> tuple[Run, LiveController]:
     load_with_config(endpoints.http_url, "encoder", base, endpoints.headers)
     time.sleep(1.0)
-    live = LiveController(endpoints.http_url, "encoder", base, Controller(settings, base.dynamic_batching.max_queue_delay_microseconds),
-                          endpoints.headers, window_s)  # fmt: skip
+    live = LiveController(
+        endpoints.http_url,
+        "encoder",
+        base,
+        Controller(settings, base.dynamic_batching.max_queue_delay_microseconds),
+        endpoints.headers,
+        window_s,
+    )
     stop = threading.Event()
     thread = threading.Thread(target=live.run, args=(stop,), name="adapt", daemon=True)
     thread.start()
@@ -93,8 +100,8 @@ def replay_controlled(endpoints, base, settings: ControlSettings, target, arriva
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    target = encoder_target(args.seq_len)
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        target = request_factory(fetch_model_config(endpoints.http_url, "encoder"), RequestSettings(seq_len=args.seq_len))
         served = server_config(endpoints.grpc_url, "encoder")
         base = served if args.keep_priority_queues else without_priority_queues(served)
         committed = base.dynamic_batching.max_queue_delay_microseconds
@@ -111,27 +118,40 @@ def evaluate(args: argparse.Namespace) -> int:
         phases = [Phase(name, rates[name], args.phase_s) for name in args.pattern.split(",")]
         arrivals = phase_trace(phases)
         total = sum(p.seconds for p in phases)
-        log.info("capacity %.0f rows/s at batch 1 (%d instance(s)), gain %.2fx; trace %s, %d arrivals over %g s", capacity, instances, gain,
-                 " -> ".join(f"{p.name} {p.rate:g}/s" for p in phases), len(arrivals), total)  # fmt: skip
+        log.info(
+            "capacity %.0f rows/s at batch 1 (%d instance(s)), gain %.2fx; trace %s, %d arrivals over %g s",
+            capacity,
+            instances,
+            gain,
+            " -> ".join(f"{p.name} {p.rate:g}/s" for p in phases),
+            len(arrivals),
+            total,
+        )
         args.report_dir.mkdir(parents=True, exist_ok=True)
         (args.report_dir / "trace.txt").write_text("\n".join(f"{t:.6f}" for t in arrivals) + "\n")
 
         log.info("reload cost: steady %g req/s, 3 reloads", low)
         steady = phase_trace([Phase("steady", low, 16.0)], seed=7)
-        cost = measure_reload_cost(target, steady, endpoints.grpc_url,
-                                   lambda d: load_with_config(endpoints.http_url, "encoder", with_delay(base, d), endpoints.headers),
-                                   [0, committed, 0], [4.0, 8.0, 12.0])  # fmt: skip
+        cost = measure_reload_cost(
+            target,
+            steady,
+            endpoints.grpc_url,
+            lambda d: load_with_config(endpoints.http_url, "encoder", with_delay(base, d), endpoints.headers),
+            [0, committed, 0],
+            [4.0, 8.0, 12.0],
+        )
         log.info("reload cost: %s", cost)
 
-        runs: dict[str, Records] = {}
+        runs: dict[str, Run] = {}
         labels: dict[str, str] = {}
         for delay in sorted({committed, *args.delays_us}):
             name = f"static {delay} us"
             labels[name] = "committed" if delay == committed else "static"
             log.info("replaying the trace against %s", name)
             runs[name] = replay_static(endpoints, base, delay, target, arrivals)
-        settings = ControlSettings(p99_ms=args.p99_ms, batching_gain=gain, min_interval_s=args.min_interval,
-                                   max_batch_size=base.max_batch_size)  # fmt: skip
+        settings = ControlSettings(
+            p99_ms=args.p99_ms, batching_gain=gain, min_interval_s=args.min_interval, max_batch_size=base.max_batch_size
+        )
         log.info("replaying the trace against the controller (starting at %d us)", committed)
         runs["controller"], live = replay_controlled(endpoints, base, settings, target, arrivals, args.control_window)
         labels["controller"] = "adaptive"
@@ -145,16 +165,29 @@ def evaluate(args: argparse.Namespace) -> int:
             log.error("could not restore the committed config: %s", exc)
 
     results = {
-        "settings": {"p99_ms": args.p99_ms, "seq_len": args.seq_len, "phases": [asdict(p) for p in phases], "window_s": args.window,
-                     "committed_delay_us": committed, "priority_queues": has_priority_queues(base), "control": asdict(settings),
-                     "arrivals": len(arrivals)},
+        "settings": {
+            "p99_ms": args.p99_ms,
+            "seq_len": args.seq_len,
+            "phases": [asdict(p) for p in phases],
+            "window_s": args.window,
+            "committed_delay_us": committed,
+            "priority_queues": has_priority_queues(base),
+            "control": asdict(settings),
+            "arrivals": len(arrivals),
+        },
         "curve": [asdict(p) for p in curve],
         "reload_cost": cost,
-        "runs": {name: {"label": labels[name], "windows": [asdict(w) for w in windows(records, total, args.window, args.p99_ms)],
-                        "phases": phase_summary(records, phases, args.p99_ms), "max_send_lag_ms": round(records.max_lag_s * 1000, 1)}
-                 for name, records in runs.items()},
+        "runs": {
+            name: {
+                "label": labels[name],
+                "windows": [asdict(w) for w in windows(run.records, total, args.window, args.p99_ms)],
+                "phases": phase_summary(run.records, phases, args.p99_ms),
+                "max_send_lag_ms": round(run.max_lag_s * 1000, 1),
+            }
+            for name, run in runs.items()
+        },
         "controller": {"decisions": [d.to_dict() for d in live.decisions], "reloads": [r.to_dict() for r in live.reloads]},
-    }  # fmt: skip
+    }
     (args.report_dir / "results.json").write_text(json.dumps(results, indent=1))
     markdown = render_markdown(results)
     (args.report_dir / "report.md").write_text(markdown)

@@ -12,9 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tools.adaptive.replay import Records, replay
-from tools.loadgen.report import OK
-from tools.loadgen.targets import Target
+from tools.adaptive.replay import replay
+from tools.load.engine import Record
+from tools.load.outcomes import OK
+from tools.load.requests import Target
+from tools.load.results import LatencySummary
 
 
 def measure_reload_cost(
@@ -38,29 +40,21 @@ def measure_reload_cost(
     start.set()  # both clocks start together (within a few ms)
     records = replay(target, arrivals, url)
     thread.join()
-    return summarise(records, intervals)
+    return summarise(records.records, intervals)
 
 
-def summarise(records: Records, intervals: list[tuple[float, float]]) -> dict:
-    sent = np.asarray(records.sent_s)
-    done = sent + np.asarray(records.latency_s)
-    ok = np.asarray([o == OK for o in records.outcome], dtype=bool)
-    during = np.zeros(len(sent), dtype=bool)
-    for began, ended in intervals:
-        during |= (sent < ended) & (done > began)
+def summarise(records: list[Record], intervals: list[tuple[float, float]]) -> dict:
+    def overlaps(record: Record) -> bool:
+        return any(record.sent_s < ended and record.done_s > began for began, ended in intervals)
 
-    def figures(mask: np.ndarray) -> dict:
-        ms = np.asarray(records.latency_s)[mask & ok] * 1000.0
-        if not len(ms):  # no successful request: no latency figures (None), not missing keys
-            return {"requests": int(mask.sum()), "failed": int((mask & ~ok).sum()), "mean_ms": None, "p50_ms": None, "p99_ms": None,
-                    "max_ms": None}  # fmt: skip
-        return {"requests": int(mask.sum()), "failed": int((mask & ~ok).sum()), "mean_ms": round(float(ms.mean()), 1),
-                "p50_ms": round(float(np.percentile(ms, 50)), 1), "p99_ms": round(float(np.percentile(ms, 99)), 1),
-                "max_ms": round(float(ms.max()), 1)}  # fmt: skip
+    def figures(chosen: list[Record]) -> dict:
+        latency = LatencySummary.of([r.latency_s for r in chosen if r.outcome == OK]).rounded(1)
+        failed = sum(1 for r in chosen if r.outcome != OK)
+        return {"requests": len(chosen), "failed": failed} | {k: latency[k] for k in ("mean_ms", "p50_ms", "p99_ms", "max_ms")}
 
     return {
         "reload_seconds": [round(b - a, 2) for a, b in intervals],
-        "during_reload": figures(during),
-        "outside_reload": figures(~during),
-        "failed_total": int((~ok).sum()),
+        "during_reload": figures([r for r in records if overlaps(r)]),
+        "outside_reload": figures([r for r in records if not overlaps(r)]),
+        "failed_total": sum(1 for r in records if r.outcome != OK),
     }

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from tools.adaptive.replay import Phase, Records, phase_of
-from tools.loadgen.report import OK, LatencySummary, format_ms
-
-
-def _figures(latency_ms: np.ndarray, ok: np.ndarray, seconds: float, slo_ms: float) -> dict:
-    """Attainment is None when nothing was sent, latencies are None when nothing succeeded."""
-    good = latency_ms[ok]
-    count = len(latency_ms)
-    summary = LatencySummary.of(good / 1000.0)
-    return {
-        "sent": int(count),
-        "failed": int(count - ok.sum()),
-        "attainment": float((good <= slo_ms).sum() / count) if count else None,
-        "throughput_rps": float(ok.sum() / seconds) if seconds else 0.0,
-        "mean_ms": summary.mean_ms,
-        "p99_ms": summary.p99_ms,
-    }
+from tools.adaptive.replay import Phase, phase_of, slo_figures
+from tools.load.engine import Record
+from tools.load.results import format_ms
 
 
 def _share(value: float | None, spec: str = ".1%") -> str:
@@ -33,18 +17,14 @@ def _difference(later: float | None, earlier: float | None, scale: float = 1.0) 
     return None if later is None or earlier is None else (later - earlier) * scale
 
 
-def phase_summary(records: Records, phases: Sequence[Phase], slo_ms: float) -> dict[str, dict]:
+def phase_summary(records: Sequence[Record], phases: Sequence[Phase], slo_ms: float) -> dict[str, dict]:
     """Per phase kind ('low', 'peak', ...: all phases of that name together) and 'all'."""
-    sent = np.asarray(records.sent_s)
-    latency_ms = np.asarray(records.latency_s) * 1000.0
-    ok = np.asarray([o == OK for o in records.outcome], dtype=bool)
-    kinds = np.asarray([phases[phase_of(phases, t)].name for t in sent])
     summary = {}
     for name in dict.fromkeys(p.name for p in phases):
-        chosen = kinds == name
+        chosen = [r for r in records if phases[phase_of(phases, r.sent_s)].name == name]
         seconds = sum(p.seconds for p in phases if p.name == name)
-        summary[name] = _figures(latency_ms[chosen], ok[chosen], seconds, slo_ms)
-    summary["all"] = _figures(latency_ms, ok, sum(p.seconds for p in phases), slo_ms)
+        summary[name] = slo_figures(chosen, seconds, slo_ms)
+    summary["all"] = slo_figures(records, sum(p.seconds for p in phases), slo_ms)
     return summary
 
 
@@ -78,8 +58,10 @@ def drift_lines(runs: dict, kinds: list[str]) -> list[str]:
             a, b = first["phases"][k], run["phases"][k]
             points = _difference(b["attainment"], a["attainment"], 100)
             mean = _difference(b["mean_ms"], a["mean_ms"])
-            lines.append(f"- drift, `{name}` against its first replay, {k}: {format_ms(points, '+.1f')} points, "
-                         f"{format_ms(mean, '+.1f')} ms mean (the noise floor of this run)")  # fmt: skip
+            lines.append(
+                f"- drift, `{name}` against its first replay, {k}: {format_ms(points, '+.1f')} points, "
+                f"{format_ms(mean, '+.1f')} ms mean (the noise floor of this run)"
+            )
     return lines
 
 
@@ -93,9 +75,11 @@ def verdict(runs: dict, kind: str) -> str:
     # a controller that answered nothing has no latency: it cannot match
     matched = d_att is not None and d_mean is not None and d_att >= -1.0 and d_mean <= max(0.10 * b["mean_ms"], 2.0)
     word = "matches" if matched else "does NOT match"
-    return (f"- **{kind}**: best static is `{best}` ({_share(b['attainment'])} within SLO, mean {format_ms(b['mean_ms'])} ms); "
-            f"the controller {word} it ({_share(c['attainment'])}, mean {format_ms(c['mean_ms'])} ms; "
-            f"{format_ms(d_att, '+.1f')} points, {format_ms(d_mean, '+.1f')} ms)")  # fmt: skip
+    return (
+        f"- **{kind}**: best static is `{best}` ({_share(b['attainment'])} within SLO, mean {format_ms(b['mean_ms'])} ms); "
+        f"the controller {word} it ({_share(c['attainment'])}, mean {format_ms(c['mean_ms'])} ms; "
+        f"{format_ms(d_att, '+.1f')} points, {format_ms(d_mean, '+.1f')} ms)"
+    )
 
 
 def render_markdown(results: dict) -> str:
@@ -139,18 +123,28 @@ def render_markdown(results: dict) -> str:
     lines += ["", "## Does the controller match the best static config in every phase?", ""]
     lines += [verdict(runs, k) for k in kinds]
     lines += drift_lines(runs, kinds)
-    lines += ["", "Best static per phase, picked in hindsight from this run: "
-              + ", ".join(f"{k}: `{best_static(runs, k) or 'none answered'}`" for k in kinds), ""]  # fmt: skip
+    lines += [
+        "",
+        "Best static per phase, picked in hindsight from this run: "
+        + ", ".join(f"{k}: `{best_static(runs, k) or 'none answered'}`" for k in kinds),
+        "",
+    ]
     lines += ["## SLO attainment per window", "", "| window start s | " + " | ".join(runs) + " |", "|---:|" + "---:|" * len(runs)]
     for index, first in enumerate(next(iter(runs.values()))["windows"]):
         row = [run["windows"][index] for run in runs.values()]
         cells = [f"{_share(w['attainment'], '.0%')} ({format_ms(w['mean_ms'], '.0f')} ms)" for w in row]
         lines.append(f"| {first['start_s']:.0f} | " + " | ".join(cells) + " |")
     cost = results["reload_cost"]
-    lines += ["", "## What a reload costs in flight", "",
-              f"Steady load, {len(cost['reload_seconds'])} reloads taking {', '.join(f'{x:.2f}' for x in cost['reload_seconds'])} s; "
-              f"failed requests: {cost['failed_total']}.", "",
-              "| requests | count | failed | mean ms | p50 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "## What a reload costs in flight",
+        "",
+        f"Steady load, {len(cost['reload_seconds'])} reloads taking {', '.join(f'{x:.2f}' for x in cost['reload_seconds'])} s; "
+        f"failed requests: {cost['failed_total']}.",
+        "",
+        "| requests | count | failed | mean ms | p50 ms | p99 ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for key in ("outside_reload", "during_reload"):
         f = cost[key]
         figures = " | ".join(format_ms(f.get(name)) for name in ("mean_ms", "p50_ms", "p99_ms", "max_ms"))

@@ -162,11 +162,7 @@ def naive_results(session, base: ModelConfig, traffics: list[Traffic], seq_len: 
     results = []
     for traffic in traffics:
         batcher = NaiveBatcher(session, base.max_batch_size, delay_us / 1e6)
-        if traffic.closed_loop:
-            load = {"concurrency": traffic.concurrency}
-        else:
-            load = {"arrivals": traffic.arrivals(warmup_s + seconds)}
-        result = drive_naive(batcher, seq_len, traffic.label(), warmup_s=warmup_s, seconds=seconds, **load)
+        result = drive_naive(batcher, seq_len, traffic, warmup_s=warmup_s, seconds=seconds)
         batcher.close()
         log.info("%-34s %s: %.1f req/s p99 %s ms", "naive batcher", result.label, result.throughput_rps, format_ms(result.latency.p99_ms))
         results.append(asdict(result))

@@ -7,6 +7,7 @@ serialisation or process hop, so on a CPU it bounds the cost of serving from bel
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import threading
@@ -17,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.loadgen.report import LatencySummary
+from export.names import INPUT_NAMES
+from tools.load.engine import Prepared, drive
+from tools.load.mix import Request
+from tools.load.results import LatencySummary
+from tools.load.schedules import Phase
+from tools.loadgen.traffic import Traffic
 
 
 def open_session(model_path: Path, threads: int | None = None):
@@ -31,7 +37,7 @@ def open_session(model_path: Path, threads: int | None = None):
 
 def token_batch(batch_size: int, sequence_length: int, seed: int = 0) -> dict[str, np.ndarray]:
     ids = np.random.default_rng(seed).integers(1000, 30_000, size=(batch_size, sequence_length), dtype=np.int64)
-    return {"INPUT_IDS": ids, "ATTENTION_MASK": np.ones_like(ids)}
+    return dict(zip(INPUT_NAMES, (ids, np.ones_like(ids))))
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,13 @@ class NaiveBatcher:
                     self.requests.put(None)
                     break
                 batch.append(item)
-            joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
-            outputs = self.session.run(None, joined)[0]
+            try:
+                joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
+                outputs = self.session.run(None, joined)[0]
+            except Exception as exc:  # fail every request of the batch, and keep serving the next ones
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
             self.batches.append(len(batch))
             for row, (_, future) in enumerate(batch):
                 future.set_result(outputs[row : row + 1])
@@ -102,42 +113,30 @@ class InProcessResult:
     average_batch: float
 
 
-def drive_naive(batcher: NaiveBatcher, sequence_length: int, label: str, concurrency: int = 0, arrivals: np.ndarray | None = None,
-                warmup_s: float = 1.0, seconds: float = 6.0) -> InProcessResult:  # fmt: skip
-    """Closed loop with `concurrency` threads, or open loop at the given arrival offsets."""
-    feeds = token_batch(1, sequence_length)
-    records: list[tuple[float, float]] = []
-    lock = threading.Lock()
-    start = time.perf_counter()
-    end = start + warmup_s + seconds
+class NaiveSender:
+    """The load engine's Sender for the in-process batcher: every request one row of token ids."""
 
-    def record(sent: float) -> None:
-        with lock:
-            records.append((sent, time.perf_counter()))
+    def __init__(self, batcher: NaiveBatcher, sequence_length: int) -> None:
+        self.batcher, self.feeds = batcher, token_batch(1, sequence_length)
 
-    if concurrency:
+    async def open(self) -> None:
+        pass
 
-        def client() -> None:
-            while (sent := time.perf_counter()) < end:
-                batcher.submit(feeds).result()
-                record(sent)
+    async def close(self) -> None:
+        pass
 
-        threads = [threading.Thread(target=client) for _ in range(concurrency)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    else:
-        futures = []
-        for offset in arrivals[arrivals < warmup_s + seconds]:
-            time.sleep(max(0.0, start + offset - time.perf_counter()))
-            sent = time.perf_counter()
-            future = batcher.submit(feeds)
-            future.add_done_callback(lambda _f, sent=sent: record(sent))
-            futures.append(future)
-        for future in futures:
-            future.result(timeout=120)
-    measured = np.array([(s, d) for s, d in records if s >= start + warmup_s])
-    latencies = measured[:, 1] - measured[:, 0] if len(measured) else np.array([])
+    def prepare(self, request: Request) -> Prepared:
+        return Prepared(request, "naive batcher", self.feeds)
+
+    async def send(self, prepared: Prepared) -> None:
+        await asyncio.wrap_future(self.batcher.submit(prepared.payload))
+
+
+def drive_naive(
+    batcher: NaiveBatcher, sequence_length: int, traffic: Traffic, warmup_s: float = 1.0, seconds: float = 6.0
+) -> InProcessResult:
+    """One load level (closed or open loop) on the load engine; the warm-up is not counted."""
+    run = drive(NaiveSender(batcher, sequence_length), [Phase(traffic.schedule(), warmup_s + seconds)], traffic.mix(), seed=traffic.seed)
+    results = run.results(warmup_s, warmup_s + seconds)
     batch_sizes = batcher.batches[len(batcher.batches) // 4 :] or [0]
-    return InProcessResult(label, len(latencies) / seconds, LatencySummary.of(latencies), float(np.mean(batch_sizes)))
+    return InProcessResult(traffic.label(), results.throughput_rps, results.latency, float(np.mean(batch_sizes)))

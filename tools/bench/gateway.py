@@ -32,8 +32,11 @@ import numpy as np
 
 from gateway.process import GatewayProcess
 from tools.bench.machine import cpu_description
-from tools.loadgen.report import LatencySummary
-from tools.loadgen.targets import SAMPLE_TEXTS
+from tools.load.engine import Prepared, drive
+from tools.load.mix import Request
+from tools.load.outcomes import OK
+from tools.load.requests import SAMPLE_TEXTS
+from tools.load.schedules import ClosedLoop, Phase
 from tools.local_triton import free_ports
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
@@ -128,45 +131,44 @@ def parity(targets: list[Target]) -> dict[str, float]:
     return result
 
 
-async def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: float, seconds: float) -> Row:
-    """`concurrency` senders, each sending its next request when the last one answered;
-    the client decodes every answer (JSON) and checks it holds one embedding per text."""
-    latencies: list[float] = []
-    errors = 0
-    start = time.perf_counter()
-    measure_from = start + warmup_s
-    end = measure_from + seconds
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+class AnswerError(Exception):
+    """An answer that is not one embedding per text."""
 
-        async def sender() -> None:
-            nonlocal errors
-            while (sent := time.perf_counter()) < end:
-                batch = texts.next()
-                try:
-                    async with session.post(target.url, json=target.body(batch)) as response:
-                        answer = await response.json(content_type=None)
-                        ok = response.status == 200 and len(target.vectors(answer)) == len(batch)
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, TypeError):
-                    ok = False
-                done = time.perf_counter()
-                if sent >= measure_from and done <= end:
-                    if ok:
-                        latencies.append(done - sent)
-                    else:
-                        errors += 1
 
-        await asyncio.gather(*(sender() for _ in range(concurrency)))
-    summary = LatencySummary.of(np.array(latencies)) if latencies else None
+class HttpSender:
+    """The load engine's Sender for an embedding endpoint over HTTP/JSON: the client decodes
+    every answer and checks it holds one embedding per text (a wrong answer is an error)."""
+
+    def __init__(self, target: Target, texts: Texts, connections: int) -> None:
+        self.target, self.texts, self.connections = target, texts, connections
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        connector = aiohttp.TCPConnector(limit=self.connections)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    def prepare(self, request: Request) -> Prepared:
+        batch = self.texts.next()
+        return Prepared(request, self.target.name, (batch, self.target.body(batch)), rows=len(batch))
+
+    async def send(self, prepared: Prepared) -> None:
+        batch, body = prepared.payload
+        async with self.session.post(self.target.url, json=body) as response:
+            answer = await response.json(content_type=None)
+            if response.status != 200 or len(self.target.vectors(answer)) != len(batch):
+                raise AnswerError(f"HTTP {response.status}: not one embedding per text")
+
+
+def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: float, seconds: float) -> Row:
+    """`concurrency` clients on the load engine; the warm-up is not counted."""
+    run = drive(HttpSender(target, texts, concurrency), [Phase(ClosedLoop(concurrency), warmup_s + seconds)], deadline_s=60.0)
+    results = run.results(warmup_s, warmup_s + seconds)
+    ok = results.outcomes.get(OK, 0)
     return Row(
-        target.name,
-        concurrency,
-        len(latencies),
-        errors,
-        seconds,
-        len(latencies) / seconds,
-        summary.p50_ms if summary else None,
-        summary.p99_ms if summary else None,
+        target.name, concurrency, ok, results.failed, seconds, results.throughput_rps, results.latency.p50_ms, results.latency.p99_ms
     )
 
 
@@ -232,10 +234,25 @@ class InfinityServer:
         except RuntimeError as exc:
             return str(exc)
         command = [
-            str(self.binary), "v2", "--model-id", ".", "--served-model-name", "embed", "--engine", self.engine,
-            "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "warning",
-            "--pooling-method", "mean",  # the model's own (1_Pooling); infinity's optimum engine assumes CLS otherwise
-        ]  # fmt: skip
+            str(self.binary),
+            "v2",
+            "--model-id",
+            ".",
+            "--served-model-name",
+            "embed",
+            "--engine",
+            self.engine,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--device",
+            "cpu",
+            "--log-level",
+            "warning",
+            "--pooling-method",
+            "mean",  # the model's own (1_Pooling); infinity's optimum engine assumes CLS otherwise
+        ]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", INFINITY_ANONYMOUS_USAGE_STATS="0", DO_NOT_TRACK="1")
         log.info("starting infinity-emb (%s engine) on port %d (log: %s)", self.engine, self.port, self.log_path)
         with open(self.log_path, "wb") as output:
@@ -364,7 +381,7 @@ def measure(args: argparse.Namespace) -> dict:
             for level in args.concurrency:
                 order = targets[level % len(targets) :] + targets[: level % len(targets)]  # who goes first varies
                 for target in order:
-                    row = asyncio.run(closed_loop(target, level, texts, args.warmup, args.seconds))
+                    row = closed_loop(target, level, texts, args.warmup, args.seconds)
                     log.info(
                         "%-32s c=%-3d %7.1f req/s  p50 %s ms  p99 %s ms  errors %d",
                         row.target,

@@ -4,7 +4,7 @@ Real embedding traffic mixes short queries with long passages, and Triton's batc
 joins only equal shapes, so the padding policy decides how much of the compute is
 padding. One run, one local server, the policies applied by live config reloads
 (tools/length_policy.py: batch, buckets, ragged), each measured on the same mixed
-workload (tools/loadgen/mixed_texts.py) at closed-loop concurrencies and at one Poisson
+workload (tools/load/mixed_texts.py) at closed-loop concurrencies and at one Poisson
 rate derived from the first policy's measured capacity. Reported side by side:
 requests/s, useful (real) tokens/s, padding waste from the server's own counters
 (padding / real tokens computed), p50/p99 per length class (and per priority with a

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from tools.command import run_reporting_errors
+from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
 from tools.loadgen.perf_csv import write_perf_csv
 from tools.loadgen.report import LoadResult
-from tools.loadgen.targets import check_target
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.server_session import triton_endpoints
 
@@ -39,11 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def measure(args: argparse.Namespace) -> int:
     traffics = traffics_from_args(args)
-    target = target_from_args(args)
-    measurement = measurement_from_args(args)
     results: list[LoadResult] = []
     with triton_endpoints(args.url, args.grpc_url) as endpoints:
+        config = fetch_model_config(endpoints.http_url, args.model)  # what the model takes decides the requests
+        target = target_from_args(args, config)
         check_target(endpoints.http_url, target)
+        measurement = measurement_from_args(args, served_models(config))
         for index, traffic in enumerate(traffics, start=1):
             log.info("[%d/%d] %s on %s over %s", index, len(traffics), traffic.label(), target.describe, args.protocol)
             result = run_load(target, traffic, measurement, endpoints.url_for(args.protocol), args.protocol, endpoints.http_url)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from tools.load.mixed_texts import LengthMix, parse_token_range
+from tools.load.requests import RequestSettings, Target, request_factory
 from tools.loadgen.measure import Measurement
-from tools.loadgen.mixed_texts import LengthMix, parse_token_range
-from tools.loadgen.targets import Target, embed_target, encoder_target, mixed_target
 from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
 
 
@@ -20,22 +20,32 @@ def number_list(text: str, kind: type) -> list:
 def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed", default_concurrency: str = "1,16") -> None:
     """The load options; without --concurrency, --rate or --trace the closed loop runs `default_concurrency`."""
     target = parser.add_argument_group("target")
-    target.add_argument("--model", default=default_model, help="'embed' (texts) or 'encoder' (token ids); default %(default)s")
+    target.add_argument(
+        "--model",
+        default=default_model,
+        help="the served model; its config says texts (TYPE_STRING) or token ids (INT64); default %(default)s",
+    )
     target.add_argument("--url", default=None, help="HTTP host:port of a running Triton (default: start a local one)")
     target.add_argument("--grpc-url", default=None, help="gRPC host:port of that server (default: same host, port 8001)")
     target.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     target.add_argument("--seq-len", type=int, default=128, help="tokens per request for the encoder (default %(default)s)")
     target.add_argument("--texts-per-request", type=int, default=1, help="rows per embed request")
     target.add_argument(
-        "--texts", choices=("samples", "mixed"), default="samples",
-        help="embed texts: short samples (3-40 tokens), or mixed queries and passages (tools/loadgen/mixed_texts.py)",
-    )  # fmt: skip
+        "--texts",
+        choices=("samples", "mixed"),
+        default="samples",
+        help="embed texts: short samples (3-40 tokens), or mixed queries and passages (tools/load/mixed_texts.py)",
+    )
     target.add_argument("--passage-share", type=float, default=0.3, help="--texts mixed: share of passages (default %(default)s)")
     target.add_argument("--short-tokens", default="5-30", help="--texts mixed: query length range in tokens (default %(default)s)")
     target.add_argument("--long-tokens", default="100-256", help="--texts mixed: passage length range in tokens (default %(default)s)")
     load = parser.add_argument_group("traffic (closed loop: --concurrency; open loop: --rate or --trace)")
-    load.add_argument("--concurrency", type=lambda t: number_list(t, int), default=None,
-                      help=f"comma list, e.g. 1,4,16 (default {default_concurrency} unless --rate or --trace)")  # fmt: skip
+    load.add_argument(
+        "--concurrency",
+        type=lambda t: number_list(t, int),
+        default=None,
+        help=f"comma list, e.g. 1,4,16 (default {default_concurrency} unless --rate or --trace)",
+    )
     parser.set_defaults(default_concurrency=number_list(default_concurrency, int))
     load.add_argument("--rate", type=lambda t: number_list(t, float), default=None, help="open-loop requests/s, comma list")
     load.add_argument("--distribution", choices=("poisson", "constant"), default="poisson")
@@ -78,34 +88,23 @@ def traffics_from_args(args: argparse.Namespace) -> list[Traffic]:
 
 
 def check_load_arguments(args: argparse.Namespace) -> None:
-    """Refuse bad load options before anything starts (ValueError with the option's name)."""
-    if args.seq_len is not None and args.seq_len < 1:
-        raise ValueError(f"--seq-len must be at least 1 token, got {args.seq_len}")
-    if args.texts_per_request < 1:
-        raise ValueError(f"--texts-per-request must be at least 1, got {args.texts_per_request}")
-    if args.texts == "mixed":
-        if args.model.startswith("encoder"):
-            raise ValueError(f"--texts mixed sends texts: use it with the embed model, not --model {args.model}")
-        if args.texts_per_request != 1:
-            raise ValueError(f"--texts mixed sends one text per request, got --texts-per-request {args.texts_per_request}")
-        length_mix_from_args(args)
+    """Refuse bad load options before anything starts (ValueError with the option's name).
+    Whether the model takes texts or token ids is the server's to say (target_from_args)."""
+    request_settings_from_args(args)
     traffics_from_args(args)
     measurement_from_args(args)
 
 
-def target_from_args(args: argparse.Namespace, model: str | None = None) -> Target:
-    """Requests for `model` (default --model): token ids for an encoder, texts otherwise."""
-    model = model or args.model
+def request_settings_from_args(args: argparse.Namespace) -> RequestSettings:
     mixed = getattr(args, "texts", "samples") == "mixed"
-    if model.startswith("encoder"):
-        if mixed:
-            raise ValueError("--texts mixed sends texts: use it with the embed model")
-        return encoder_target(args.seq_len, model=model)
-    if mixed:
-        if args.texts_per_request != 1:
-            raise ValueError("--texts mixed sends one text per request")
-        return mixed_target(length_mix_from_args(args), model=model)
-    return embed_target(args.texts_per_request, model=model)
+    seq_len = RequestSettings.seq_len if args.seq_len is None else args.seq_len  # the tuner derives it later
+    return RequestSettings(seq_len, args.texts_per_request, length_mix_from_args(args) if mixed else None)
+
+
+def target_from_args(args: argparse.Namespace, model_config) -> Target:
+    """Requests for the served model whose config (`get_model_config`) is given: token ids
+    for INT64 inputs, texts for a TYPE_STRING input (tools/load/requests.py)."""
+    return request_factory(model_config, request_settings_from_args(args))
 
 
 def length_mix_from_args(args: argparse.Namespace) -> LengthMix:
@@ -123,5 +122,5 @@ def length_mix_from_args(args: argparse.Namespace) -> LengthMix:
 
 
 def measurement_from_args(args: argparse.Namespace, models: tuple[str, ...] | None = None) -> Measurement:
-    server_models = models or (("embed", "tokenizer", "encoder") if args.model == "embed" else (args.model,))
-    return Measurement(args.warmup, args.window, 3, args.max_windows, args.stability, server_models)
+    """The measurement windows; server statistics of `models` (default: --model alone)."""
+    return Measurement(args.warmup, args.window, 3, args.max_windows, args.stability, models or (args.model,))

@@ -1,40 +1,30 @@
-"""The load engine: asyncio senders over tritonclient's aio clients.
+"""Loadgen's measurement: one load level on the engine (tools/load), read in steady windows.
 
-Closed loop: N senders, each sending its next request when the last returns. Open
-loop: requests leave at precomputed arrival times whatever the server does (each in
-its own task), and a send later than 10 ms behind schedule is counted, so a client
-that cannot keep up says so instead of silently lowering the load.
 Like perf_analyzer, a warm-up is discarded and fixed windows are measured until the
-last few agree (throughput and p99 within `stability`) or a window budget runs out.
+last few agree (throughput and p99 within `stability`) or a window budget runs out; the
+server's statistics are read at every window boundary, so its batching figures cover
+exactly the measured windows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from tools.loadgen.report import (
-    OK,
-    LatencySummary,
-    LoadResult,
-    ServerWindow,
-    classify_error,
-    format_ms,
-    summarise_classes,
-    summarise_lengths,
-)
-from tools.loadgen.targets import Target
+from tools.load.engine import LoadEngine, Record
+from tools.load.outcomes import OK
+from tools.load.requests import Target
+from tools.load.results import Results, format_ms, percentile
+from tools.load.schedules import Phase
+from tools.load.triton import TritonSender
+from tools.loadgen.report import LoadResult, ServerWindow
 from tools.loadgen.traffic import Traffic
 from tools.stats import ModelStats
 
 log = logging.getLogger(__name__)
-
-LATE_SEND_S = 0.010
-REQUEST_DEADLINE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -56,51 +46,18 @@ class Measurement:
         if self.stability <= 0:
             raise ValueError(f"the allowed spread (--stability) must be above 0, got {self.stability:g}")
 
-
-@dataclass
-class _Log:
-    """One entry per request: when it was sent and finished, its outcome and class."""
-
-    sent: list[float] = field(default_factory=list)
-    done: list[float] = field(default_factory=list)
-    outcome: list[str] = field(default_factory=list)
-    priority: list[int] = field(default_factory=list)
-    length_class: list[str] = field(default_factory=list)  # "" when the target has no classes
-    tokens: list[int] = field(default_factory=list)
-    late: int = 0
-    max_lag: float = 0.0
-
-    def add(self, sent: float, done: float, outcome: str, priority: int, length_class: str = "", tokens: int = 0) -> None:
-        self.sent.append(sent)
-        self.done.append(done)
-        self.outcome.append(outcome)
-        self.priority.append(priority)
-        self.length_class.append(length_class)
-        self.tokens.append(tokens)
+    @property
+    def budget_s(self) -> float:
+        return self.warmup_s + self.window_s * self.max_windows + 1.0
 
 
-def _aio_module(protocol: str):
-    if protocol == "grpc":
-        import tritonclient.grpc.aio as module
-    elif protocol == "http":
-        import tritonclient.http.aio as module
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    return module
-
-
-def _window_figures(entries: _Log, start: float, end: float) -> tuple[float, float | None]:
+def window_figures(records: list[Record], start: float, end: float) -> tuple[float, float | None]:
     """Throughput and p99 (None: nothing succeeded) of the requests that completed in [start, end)."""
-    done = np.asarray(entries.done)
-    sent = np.asarray(entries.sent)
-    ok = np.asarray([outcome == OK for outcome in entries.outcome], dtype=bool)
-    inside = (done >= start) & (done < end) & ok
-    if not inside.any():
-        return 0.0, None
-    return inside.sum() / (end - start), float(np.percentile(done[inside] - sent[inside], 99))
+    inside = [r.latency_s for r in records if r.outcome == OK and start <= r.done_s < end]
+    return len(inside) / (end - start), percentile(inside, 99)
 
 
-def _is_stable(figures: list[tuple[float, float | None]], count: int, tolerance: float) -> bool:
+def is_stable(figures: list[tuple[float, float | None]], count: int, tolerance: float) -> bool:
     if len(figures) < count or any(p99 is None for _, p99 in figures[-count:]):
         return False
     recent = np.asarray(figures[-count:], dtype=float)
@@ -110,60 +67,13 @@ def _is_stable(figures: list[tuple[float, float | None]], count: int, tolerance:
     return bool((np.abs(recent - means) <= tolerance * means).all())
 
 
-class _Engine:
+class _Windows:
+    """Runs the engine and cuts its records into windows until they are stable."""
+
     def __init__(self, target: Target, traffic: Traffic, measurement: Measurement, url: str, protocol: str, stats_url: str) -> None:
-        self.target, self.traffic, self.measurement = target, traffic, measurement
-        self.url, self.protocol, self.stats_url = url, protocol, stats_url
-        self.module = _aio_module(protocol)
-        self.entries = _Log()
-        self.stop = asyncio.Event()
-        self.tasks: set[asyncio.Task] = set()
-        self.count = 0
-        self.started = 0.0
-        budget = measurement.warmup_s + measurement.window_s * measurement.max_windows + 1.0
-        self.priorities = traffic.priorities(200_000)
-        self.arrivals = None if traffic.closed_loop else traffic.arrivals(budget)
-
-    async def send_one(self, client, priority: int) -> None:
-        index = self.count
-        self.count += 1
-        inputs = self.target.make_inputs(self.module, index)
-        outputs = [self.module.InferRequestedOutput(name) for name in self.target.outputs]
-        started = time.perf_counter()
-        try:
-            call = client.infer(self.target.model, inputs, outputs=outputs, priority=int(priority), timeout=self.traffic.timeout_us)
-            await asyncio.wait_for(call, REQUEST_DEADLINE_S)
-            outcome = OK
-        except asyncio.TimeoutError:
-            outcome = "client_deadline"
-        except Exception as exc:  # tritonclient raises InferenceServerException; transport errors too
-            message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
-            outcome = classify_error(message or type(exc).__name__)
-        length_class, tokens = self.target.request_class(index) if self.target.request_class else ("", 0)
-        self.entries.add(started, time.perf_counter(), outcome, int(priority), length_class, tokens)
-
-    async def closed_loop_sender(self, client) -> None:
-        while not self.stop.is_set():
-            await self.send_one(client, self.priorities[self.count % len(self.priorities)])
-
-    async def open_loop_scheduler(self, client, t0: float) -> None:
-        for index, offset in enumerate(self.arrivals):
-            delay = t0 + offset - time.perf_counter()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(self.stop.wait(), delay)
-                    return
-                except asyncio.TimeoutError:
-                    pass
-            if self.stop.is_set():
-                return
-            lag = time.perf_counter() - (t0 + offset)
-            if lag > LATE_SEND_S:
-                self.entries.late += 1
-            self.entries.max_lag = max(self.entries.max_lag, lag)
-            task = asyncio.create_task(self.send_one(client, self.priorities[index % len(self.priorities)]))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        self.target, self.traffic, self.measurement, self.protocol, self.stats_url = target, traffic, measurement, protocol, stats_url
+        phases = [Phase(traffic.schedule(), measurement.budget_s)]
+        self.engine = LoadEngine(TritonSender(url, target, protocol), phases, traffic.mix(), seed=traffic.seed)
 
     async def snapshot(self) -> dict[str, ModelStats]:
         loop = asyncio.get_running_loop()
@@ -172,86 +82,61 @@ class _Engine:
         return dict(zip(models, stats))
 
     async def run(self) -> LoadResult:
-        m = self.measurement
-        kwargs = {"conn_limit": 4096} if self.protocol == "http" else {}
-        client = self.module.InferenceServerClient(self.url, **kwargs)
-        senders: list[asyncio.Task] = []
+        m, engine = self.measurement, self.engine
+        stop = asyncio.Event()
+        driving = asyncio.create_task(engine.run(stop))
         try:
-            self.started = t0 = time.perf_counter()
-            if self.traffic.closed_loop:
-                senders = [asyncio.create_task(self.closed_loop_sender(client)) for _ in range(self.traffic.concurrency)]
-            else:
-                senders = [asyncio.create_task(self.open_loop_scheduler(client, t0))]
+            ready = asyncio.create_task(engine.ready.wait())
+            await asyncio.wait([ready, driving], return_when=asyncio.FIRST_COMPLETED)
+            ready.cancel()
+            if driving.done():
+                driving.result()  # the run could not start: its error
             await asyncio.sleep(m.warmup_s)
-            boundaries = [time.perf_counter()]
+            boundaries = [engine.now()]
             snapshots = [await self.snapshot()]
             figures: list[tuple[float, float | None]] = []
-            while len(figures) < m.max_windows:
-                await asyncio.sleep(max(0.0, boundaries[-1] + m.window_s - time.perf_counter()))
-                boundaries.append(time.perf_counter())
+            while len(figures) < m.max_windows and not driving.done():
+                await asyncio.sleep(max(0.0, boundaries[-1] + m.window_s - engine.now()))
+                boundaries.append(engine.now())
                 snapshots.append(await self.snapshot())
-                figures.append(_window_figures(self.entries, boundaries[-2], boundaries[-1]))
+                figures.append(window_figures(engine.records, boundaries[-2], boundaries[-1]))
                 throughput, p99 = figures[-1]
                 log.debug("window %d: %.1f req/s, p99 %s ms", len(figures), throughput, format_ms(None if p99 is None else p99 * 1000))
-                if _is_stable(figures, m.stable_windows, m.stability):
+                if is_stable(figures, m.stable_windows, m.stability):
                     break
         except BaseException:
-            # A failed statistics snapshot (or a cancel) ends the run: nothing may keep sending.
-            for task in [*senders, *self.tasks]:
-                task.cancel()
+            driving.cancel()  # a failed statistics snapshot (or a cancel) ends the run: nothing may keep sending
+            await asyncio.gather(driving, return_exceptions=True)
             raise
-        finally:
-            self.stop.set()
-            await asyncio.gather(*senders, *list(self.tasks), return_exceptions=True)
-            await client.close()
-        stable = _is_stable(figures, m.stable_windows, m.stability)
+        stop.set()
+        run = await driving
         used = min(m.stable_windows, len(figures))
-        return self.summarise(boundaries[-1 - used], boundaries[-1], len(figures), stable, snapshots[-1 - used], snapshots[-1])
-
-    def summarise(self, start: float, end: float, windows: int, stable: bool, first: dict, last: dict) -> LoadResult:
-        entries = self.entries
-        sent = np.asarray(entries.sent)
-        chosen = (sent >= start) & (sent < end)
-        outcomes = [o for o, keep in zip(entries.outcome, chosen) if keep]
-        latencies = (np.asarray(entries.done) - sent)[chosen]
-        priorities = np.asarray(entries.priority)[chosen]
-        ok = np.asarray([o == OK for o in outcomes], dtype=bool)
-        seconds = end - start
-        counts: dict[str, int] = {}
-        for outcome in outcomes:
-            counts[outcome] = counts.get(outcome, 0) + 1
+        start, end = boundaries[-1 - used], boundaries[-1]
+        measured = run.results(start, end)
+        whole = Results.of(run.records, run.seconds)
         return LoadResult(
             traffic=self.traffic.label(),
             target=self.target.describe,
             protocol=self.protocol,
-            measured_s=seconds,
-            windows=windows,
-            stable=stable,
-            sent=int(chosen.sum()),
-            outcomes=counts,
-            throughput_rps=float(ok.sum() / seconds),
-            rows_per_s=float(ok.sum() * self.target.rows_per_request / seconds),
-            latency=LatencySummary.of(latencies[ok]) if len(ok) else LatencySummary(),
-            per_priority=summarise_classes(priorities, outcomes, latencies, seconds),
-            late_sends=entries.late,
-            max_send_lag_ms=entries.max_lag * 1000.0,
-            server={name: ServerWindow.of(last[name] - first[name]) for name in last},
-            run_sent=self.count,
-            run_outcomes={o: entries.outcome.count(o) for o in set(entries.outcome)},
-            run_per_priority=summarise_classes(
-                np.asarray(entries.priority), entries.outcome, np.asarray(entries.done) - np.asarray(entries.sent), end - self.started
-            ),
+            measured_s=end - start,
+            windows=len(figures),
+            stable=is_stable(figures, m.stable_windows, m.stability),
+            sent=measured.sent,
+            outcomes=measured.outcomes,
+            throughput_rps=measured.throughput_rps,
+            rows_per_s=measured.rows_per_s,
+            latency=measured.latency,
+            per_priority=measured.per_priority,
+            late_sends=run.late_sends,
+            max_send_lag_ms=run.max_lag_s * 1000.0,
+            server={name: ServerWindow.of(snapshots[-1][name] - snapshots[-1 - used][name]) for name in snapshots[-1]},
+            run_sent=run.sent,
+            run_outcomes=whole.outcomes,
+            run_per_priority=whole.per_priority,
             open_loop=not self.traffic.closed_loop,
-            **self.length_figures(chosen, outcomes, latencies, seconds),
+            per_length_class=measured.per_label if self.target.request_class else {},
+            useful_tokens_per_s=measured.useful_tokens_per_s,
         )
-
-    def length_figures(self, chosen: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict:
-        """Results per length class and useful (real) tokens/s, for targets that know them."""
-        if not self.target.request_class:
-            return {}
-        labels = [label for label, keep in zip(self.entries.length_class, chosen) if keep]
-        per_class, useful = summarise_lengths(labels, np.asarray(self.entries.tokens)[chosen], outcomes, latencies, seconds)
-        return {"per_length_class": per_class, "useful_tokens_per_s": useful}
 
 
 def run_load(
@@ -266,7 +151,7 @@ def run_load(
     stats_url = stats_url or url
     if measurement.server_models and protocol == "grpc" and stats_url == url:
         raise ValueError("server statistics are read over HTTP: pass stats_url (host:http_port)")
-    return asyncio.run(_Engine(target, traffic, measurement, url, protocol, stats_url).run())
+    return asyncio.run(_Windows(target, traffic, measurement, url, protocol, stats_url).run())
 
 
 def measure_capacity(target: Target, url: str, protocol: str = "grpc", stats_url: str | None = None, concurrency: int = 8) -> float:

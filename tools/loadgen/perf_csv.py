@@ -22,9 +22,20 @@ from pathlib import Path
 from tools.loadgen.report import LoadResult
 
 COLUMNS = (
-    "Concurrency", "Inferences/Second", "Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
-    "Server Compute Infer", "Server Compute Output", "Client Recv", "p50 latency", "p90 latency", "p95 latency", "p99 latency",
-)  # fmt: skip
+    "Concurrency",
+    "Inferences/Second",
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+    "p50 latency",
+    "p90 latency",
+    "p95 latency",
+    "p99 latency",
+)
 RATE_COLUMN = "Request Rate"  # perf_analyzer's first column in --request-rate-range mode
 
 
@@ -93,7 +104,11 @@ def read_perf_csv(path: Path) -> list[dict]:
             return float(row[column]) / 1000 if row.get(column) else None
 
         parsed.append(
-            {"level": float(row[level_column]), "throughput_rps": float(row["Inferences/Second"]), "p50_ms": ms("p50 latency"),
-             "p99_ms": ms("p99 latency")}
-        )  # fmt: skip
+            {
+                "level": float(row[level_column]),
+                "throughput_rps": float(row["Inferences/Second"]),
+                "p50_ms": ms("p50 latency"),
+                "p99_ms": ms("p99 latency"),
+            }
+        )
     return parsed

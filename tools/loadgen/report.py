@@ -1,64 +1,15 @@
-"""Load results: latency percentiles, outcomes per priority class, server-side batching."""
+"""Loadgen's report of one load level: the engine's Results over the steady windows, plus
+the server's own batching figures over the same windows."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
+from tools.load.outcomes import OK, REJECTED, TIMEOUT
+from tools.load.results import ClassResult, LatencySummary, format_ms
 from tools.stats import ModelStats
 
-OK = "ok"
-
-
-def classify_error(message: str) -> str:
-    """Outcome names for Triton's error messages: rejections and timeouts are load-shedding,
-    not bugs, and are counted apart from other errors."""
-    text = message.lower()
-    if "exceeds maximum queue size" in text or "queue size" in text:
-        return "rejected"
-    if "timeout" in text or "timed out" in text or "deadline" in text:
-        return "timeout"
-    if "unavailable" in text or "connect" in text:
-        return "unavailable"
-    return "error"
-
-
-def format_ms(value: float | None, spec: str = ".1f") -> str:
-    """A latency (or another average) for a table or a log line: "-" when there is no value."""
-    return "-" if value is None else format(value, spec)
-
-
-@dataclass
-class LatencySummary:
-    """Latency of successful requests. With no successful request there is no latency:
-    every figure is None (JSON null), never 0.0, which a comparison would take for fast."""
-
-    count: int = 0
-    mean_ms: float | None = None
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    p95_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
-
-    @classmethod
-    def of(cls, latencies_s: np.ndarray) -> LatencySummary:
-        if len(latencies_s) == 0:
-            return cls()
-        ms = np.asarray(latencies_s) * 1000.0
-        p50, p90, p95, p99 = np.percentile(ms, [50, 90, 95, 99])
-        return cls(len(ms), float(ms.mean()), float(p50), float(p90), float(p95), float(p99), float(ms.max()))
-
-
-@dataclass
-class ClassResult:
-    """One priority class (0 = the model's default level)."""
-
-    sent: int
-    outcomes: dict[str, int]
-    latency: LatencySummary
-    throughput_rps: float
+__all__ = ["ClassResult", "LatencySummary", "LoadResult", "ServerWindow", "format_ms"]
 
 
 @dataclass
@@ -140,58 +91,31 @@ class LoadResult:
             + (f"; sends late by > 10 ms: {self.late_sends} (max lag {self.max_send_lag_ms:.1f} ms)" if self.open_loop else ""),
             f"  {'class':<11}{'sent':>7}{'ok':>7}{'rejected':>9}{'timeout':>8}{'other':>7}"
             f"{'p50':>8}{'p90':>8}{'p95':>8}{'p99':>8}{'max':>8}  (ms, successful requests)",
-        ]  # fmt: skip
+        ]
         lines.append(_class_row("all", self.sent, self.outcomes, self.latency))
         if set(self.per_priority) != {0}:
             lines += [_class_row(f"priority {level}", c.sent, c.outcomes, c.latency) for level, c in sorted(self.per_priority.items())]
         if self.server:
-            lines.append(f"  {'server':<11}{'requests':>9}{'execs':>7}{'avg batch':>10}{'queue ms':>9}{'compute ms':>11}"
-                         f"{'cache hits':>11}{'failures':>9}  executed batch sizes (size:executions)")  # fmt: skip
+            lines.append(
+                f"  {'server':<11}{'requests':>9}{'execs':>7}{'avg batch':>10}{'queue ms':>9}{'compute ms':>11}"
+                f"{'cache hits':>11}{'failures':>9}  executed batch sizes (size:executions)"
+            )
             for name, w in self.server.items():
                 histogram = " ".join(f"{size}:{count}" for size, count in sorted(w.batch_executions.items())) or "-"
                 queue, compute = format_ms(w.average_queue_ms), format_ms(w.average_compute_ms)
                 averages = f"{format_ms(w.average_batch_size, '.2f'):>10}{queue:>9}{compute:>11}"
                 lines.append(f"  {name:<11}{w.requests:>9}{w.executions:>7}{averages}{w.cache_hits:>11}{w.failures:>9}  {histogram}")
         answered = sum(self.run_outcomes.values())
-        lines.append(f"  whole run, warm-up included: {self.run_sent} sent, {answered} answered"
-                     + "".join(f", {k} {v}" for k, v in sorted(self.run_outcomes.items())))  # fmt: skip
+        lines.append(
+            f"  whole run, warm-up included: {self.run_sent} sent, {answered} answered"
+            + "".join(f", {k} {v}" for k, v in sorted(self.run_outcomes.items()))
+        )
         return "\n".join(lines)
 
 
 def _class_row(name: str, sent: int, outcomes: dict[str, int], latency: LatencySummary) -> str:
-    known = (OK, "rejected", "timeout")
+    known = (OK, REJECTED, TIMEOUT)
     other = sum(count for outcome, count in outcomes.items() if outcome not in known)
     percentiles = (latency.p50_ms, latency.p90_ms, latency.p95_ms, latency.p99_ms, latency.max_ms)
     figures = "".join(f"{format_ms(value):>8}" for value in percentiles)
-    return (f"  {name:<11}{sent:>7}{outcomes.get(OK, 0):>7}{outcomes.get('rejected', 0):>9}{outcomes.get('timeout', 0):>8}{other:>7}"
-            + figures)  # fmt: skip
-
-
-def summarise_classes(priorities: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float) -> dict[int, ClassResult]:
-    classes = {}
-    for level in sorted(set(priorities.tolist())):
-        chosen = priorities == level
-        chosen_outcomes = [outcome for outcome, keep in zip(outcomes, chosen) if keep]
-        ok = np.array([outcome == OK for outcome in chosen_outcomes], dtype=bool)
-        counts: dict[str, int] = {}
-        for outcome in chosen_outcomes:
-            counts[outcome] = counts.get(outcome, 0) + 1
-        classes[int(level)] = ClassResult(
-            sent=int(chosen.sum()),
-            outcomes=counts,
-            latency=LatencySummary.of(latencies[chosen][ok]),
-            throughput_rps=float(ok.sum() / seconds) if seconds else 0.0,
-        )
-    return classes
-
-
-def summarise_lengths(
-    labels: list[str], tokens: np.ndarray, outcomes: list[str], latencies: np.ndarray, seconds: float
-) -> tuple[dict[str, ClassResult], float | None]:
-    """Per length class (a class whose requests all failed has no latency, like a priority
-    class), and the real tokens/s of the successful requests (None: nothing was sent)."""
-    names = sorted(set(labels))
-    codes = np.array([names.index(label) for label in labels], dtype=int)
-    per_class = {names[code]: result for code, result in summarise_classes(codes, outcomes, latencies, seconds).items()}
-    ok = np.asarray([outcome == OK for outcome in outcomes], dtype=bool)
-    return per_class, (float(tokens[ok].sum() / seconds) if len(ok) and seconds else None)
+    return f"  {name:<11}{sent:>7}{outcomes.get(OK, 0):>7}{outcomes.get(REJECTED, 0):>9}{outcomes.get(TIMEOUT, 0):>8}{other:>7}" + figures

@@ -1,7 +1,8 @@
-"""What load to send: closed loop (N clients) or open-loop arrival times.
+"""One load level of loadgen as the engine's schedule and request mix.
 
-Open-loop arrivals are computed up front from a seeded generator, so a schedule is
-reproducible and two configs can be compared under exactly the same arrivals.
+`Traffic` is what the command line describes (concurrency, or a rate with a distribution
+and bursts, or a trace; a priority mix; a per-request timeout); `schedule()` and `mix()`
+are what the engine (tools/load) runs.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-DISTRIBUTIONS = ("poisson", "constant")
+from tools.load.mix import RequestMix
+from tools.load.schedules import DISTRIBUTIONS, Bursty, ClosedLoop, Schedule, Trace
 
 
 @dataclass(frozen=True)
@@ -37,54 +37,30 @@ class Traffic:
         if (self.concurrency > 0) == (self.rate > 0 or bool(self.trace)):
             raise ValueError("give either a concurrency (closed loop) or a rate/trace (open loop)")
         if self.distribution not in DISTRIBUTIONS:
-            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}")
+            raise ValueError(f"distribution must be one of {tuple(DISTRIBUTIONS)}")
         if self.burst_rate and self.burst_period_s <= 0:
             raise ValueError("bursty traffic needs burst_period_s > 0")
-        if self.priority_mix and abs(sum(self.priority_mix.values()) - 1.0) > 1e-6:
-            raise ValueError(f"priority shares must add up to 1, got {self.priority_mix}")
+        self.schedule()
+        self.mix()
 
     @property
     def closed_loop(self) -> bool:
         return self.concurrency > 0
 
-    def label(self) -> str:
+    def schedule(self) -> Schedule:
         if self.closed_loop:
-            return f"concurrency {self.concurrency}"
+            return ClosedLoop(self.concurrency)
         if self.trace:
-            return f"trace ({len(self.trace)} arrivals)"
+            return Trace(self.trace)
         if self.burst_rate:
-            return f"bursty {self.rate:g}/{self.burst_rate:g} req/s every {self.burst_period_s:g} s"
-        return f"{self.distribution} {self.rate:g} req/s"
+            return Bursty(self.rate, self.burst_rate, self.burst_period_s, self.distribution)
+        return DISTRIBUTIONS[self.distribution](self.rate)
 
-    def rate_at(self, t: float) -> float:
-        if self.burst_rate and (t % self.burst_period_s) >= self.burst_period_s / 2:
-            return self.burst_rate
-        return self.rate
+    def mix(self) -> RequestMix:
+        return RequestMix(priorities=self.priority_mix, timeout_us=self.timeout_us, seed=self.seed)
 
-    def arrivals(self, duration_s: float) -> np.ndarray:
-        """Send offsets (seconds from the start) covering `duration_s`."""
-        if self.trace:
-            base = np.asarray(sorted(self.trace), dtype=float)
-            span = max(base[-1], 1e-3)
-            cycles = int(np.ceil(duration_s / span))
-            offsets = np.concatenate([base + i * span for i in range(cycles)])
-            return offsets[offsets < duration_s]
-        rng = np.random.default_rng(self.seed)
-        offsets, t = [], 0.0
-        while True:
-            rate = self.rate_at(t)
-            t += rng.exponential(1.0 / rate) if self.distribution == "poisson" else 1.0 / rate
-            if t >= duration_s:
-                return np.asarray(offsets)
-            offsets.append(t)
-
-    def priorities(self, count: int) -> np.ndarray:
-        """Priority per request (0 = the model's default level), drawn with the seed."""
-        if not self.priority_mix:
-            return np.zeros(count, dtype=int)
-        levels = sorted(self.priority_mix)
-        rng = np.random.default_rng(self.seed + 1)
-        return rng.choice(levels, size=count, p=[self.priority_mix[level] for level in levels])
+    def label(self) -> str:
+        return self.schedule().label()
 
 
 def parse_priority_mix(text: str) -> dict[int, float]:
