@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
-from tools.adaptive.live import LiveController, model_control_problem, server_config
+from tools.adaptive.live import LiveController
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -87,13 +87,14 @@ def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> fl
 
 def run_controller(args: argparse.Namespace) -> int:
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        problem = model_control_problem(endpoints.http_url, endpoints.headers)
+        control = endpoints.client
+        problem = control.model_control_problem()
         if problem and not args.dry_run:
             log.error("%s", problem)
             return 2
         if problem:
             log.warning("dry run: %s", problem)
-        base = server_config(endpoints.grpc_url, args.model)
+        base = control.config(args.model)
         if not base.HasField("dynamic_batching"):
             log.error("%s has no dynamic_batching section; there is no delay to adapt", args.model)
             return 2
@@ -103,8 +104,7 @@ def run_controller(args: argparse.Namespace) -> int:
             log.info("batching gain of %s at %d tokens: %.2fx", args.model, args.seq_len, gain)
         settings = settings_from_args(args, gain, base.max_batch_size)
         delay = base.dynamic_batching.max_queue_delay_microseconds
-        live = LiveController(endpoints.http_url, args.model, base, Controller(settings, delay), endpoints.headers,
-                              args.window, args.dry_run)  # fmt: skip
+        live = LiveController(control, args.model, base, Controller(settings, delay), args.window, args.dry_run)  # fmt: skip
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
         log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", args.model, delay, args.p99_ms,

@@ -18,39 +18,18 @@ when it matters) and `--interval N`, which starts after it, is the way to time t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-
-from google.protobuf import json_format
 
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig
 from tools.stats import ModelStats
+from tools.triton_client import MetricSample, TritonClient, TritonError
 
 log = logging.getLogger("metrics")
-
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples of the Prometheus text format (enough of it for Triton's endpoint)."""
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match:
-            labels = dict(_LABEL.findall(match["labels"] or ""))
-            samples.append((match["name"], labels, float(match["value"])))
-    return samples
 
 
 @dataclass
@@ -69,9 +48,10 @@ class ModelMetrics:
         return result
 
 
-def metrics_by_model(text: str) -> dict[str, ModelMetrics]:
+def metrics_by_model(samples: list[MetricSample]) -> dict[str, ModelMetrics]:
+    """Triton's per-model samples (nv_*), summed over versions; failures also by reason."""
     models: dict[str, ModelMetrics] = defaultdict(ModelMetrics)
-    for name, labels, value in parse_metrics(text):
+    for name, labels, value in samples:
         model = labels.get("model")
         if not model or not name.startswith("nv_"):
             continue
@@ -110,30 +90,28 @@ def warmup_of(config: ModelConfig) -> WarmUp:
     return WarmUp(sum(size * n for size, n in batches.items()), sum(batches.values()), batches)
 
 
-def fetch_warmup(http_url: str, model: str) -> WarmUp:
-    """The warm-up of the config the server runs now (not the committed file: a tuner may have reloaded it)."""
-    document = json.loads(fetch_text(f"http://{http_url}/v2/models/{model}/config"))
-    return warmup_of(json_format.ParseDict(document, ModelConfig(), ignore_unknown_fields=True))
+def fetch_warmup(client: TritonClient, model: str) -> WarmUp:
+    """The warm-up of the config the server runs now (not the committed file: a tuner may have reloaded it).
+    Read leniently: only the warm-up samples and instance groups matter here."""
+    return warmup_of(client.config(model, strict=False))
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class ServerReading:
+    """What the metrics endpoint and the statistics API say at one moment; two readings
+    subtract into a window."""
+
     at: float
     metrics: dict[str, ModelMetrics]
     stats: dict[str, ModelStats]
     warmups: dict[str, WarmUp] = field(default_factory=dict)
 
 
-def fetch_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
-
-
-def take_snapshot(http_url: str, metrics_url: str) -> Snapshot:
-    metrics = metrics_by_model(fetch_text(metrics_url))
-    stats = {model: ModelStats.fetch(http_url, model) for model in sorted(metrics)}
-    warmups = {model: fetch_warmup(http_url, model) for model in sorted(metrics)}
-    return Snapshot(time.monotonic(), metrics, stats, warmups)
+def read_server(client: TritonClient) -> ServerReading:
+    metrics = metrics_by_model(client.metrics())
+    stats = {model: client.statistics(model) for model in sorted(metrics)}
+    warmups = {model: fetch_warmup(client, model) for model in sorted(metrics)}
+    return ServerReading(time.monotonic(), metrics, stats, warmups)
 
 
 def without_warmup(metrics: ModelMetrics, stats: ModelStats, warmup: WarmUp) -> tuple[ModelMetrics, ModelStats, int]:
@@ -165,7 +143,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def summary_rows(later: Snapshot, earlier: Snapshot | None = None) -> list[dict[str, object]]:
+def summary_rows(later: ServerReading, earlier: ServerReading | None = None) -> list[dict[str, object]]:
     """One row per model: the figures of the recording rules, over the window (or since load)."""
     rows = []
     seconds = later.at - earlier.at if earlier else None
@@ -234,16 +212,17 @@ def run(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args)
     try:
-        first = take_snapshot(args.url, args.metrics_url)
+        client = TritonClient(args.url, metrics_url=args.metrics_url)
+        first = read_server(client)
         if args.interval > 0:
             log.info("measuring for %.0f s ...", args.interval)
             time.sleep(args.interval)
-            rows = summary_rows(take_snapshot(args.url, args.metrics_url), first)
+            rows = summary_rows(read_server(client), first)
             title = f"Triton over the last {args.interval:.0f} s"
         else:
             rows = summary_rows(first)
             title = "Triton since each model loaded (cumulative)"
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+    except TritonError as exc:
         log.error("cannot read Triton's metrics at %s / %s: %s (is the server running? `make serve`)", args.metrics_url, args.url, exc)
         return 1
     print(f"{title}; times are per request, ms")

@@ -164,15 +164,16 @@ def options_from_args(args: argparse.Namespace, runtime: str = "local") -> Serve
 def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event) -> HealthWatch:
     """Explicit mode: reload the model whose stub died. Otherwise: ask for a restart."""
     options = server.options
+    client = server.client
 
     def recover(model: str) -> None:
         if options.model_control_enabled:
-            reload_model(options.http_url, model, options.model_repository, server.admin_headers)
+            reload_model(client, model, options.model_repository)
         else:
             log.error("no model control: restarting Triton to bring %s back", model)
             restart.set()
 
-    return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
+    return HealthWatch(server.pid, client, options.model_repository, interval_s, recover).start()
 
 
 def serve_local(

@@ -41,9 +41,9 @@ from tools.model_config import ModelConfig, format_config, has_priority_queues, 
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
+from tools.triton_client import TritonError
 from tools.tuning.curve import encoder_batch, knee, measure_curve
 from tools.tuning.objectives import OBJECTIVES
-from tools.tuning.reload import ReloadError, load_with_config, reloads_refused, restoring, served_config
 from tools.tuning.report import config_diff, plot_trials, write_trials
 from tools.tuning.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tuning.space import SearchSpace, apply_candidate, candidate_of
@@ -188,11 +188,12 @@ def run_tuning(args: argparse.Namespace) -> int:
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
         # Candidates derive from what the server runs (a GPU/TensorRT server runs its own
         # config, not the committed CPU one), and exactly that is loaded back at the end.
-        base = served_config(endpoints.http_url, args.model, endpoints.headers)
+        control = endpoints.client
+        base = control.config(args.model)
         try:  # reloading its own config leaves the server as it was, and is refused up front without model control
-            load_with_config(endpoints.http_url, args.model, base, endpoints.headers)
-        except ReloadError as exc:
-            if not reloads_refused(exc):
+            control.load(args.model, base)
+        except TritonError as exc:
+            if not exc.reloads_refused:
                 raise
             log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
                       endpoints.http_url)  # fmt: skip
@@ -202,7 +203,7 @@ def run_tuning(args: argparse.Namespace) -> int:
         save_config(base, saved)
         log.info("base: the config %s runs on %s (saved to %s)", args.model, endpoints.http_url, saved)
         hint = f"load {saved} by hand (POST /v2/repository/models/{args.model}/load with it as the config override)"
-        with signals_interrupt(), restoring(endpoints.http_url, args.model, base, endpoints.headers, hint):
+        with signals_interrupt(), control.restoring(args.model, base, hint):
             try:
                 trials = sweep(args, endpoints, base, target, traffics, measurement, report_dir)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into tools.interrupts.Interrupted
@@ -227,7 +228,7 @@ def sweep(args: argparse.Namespace, endpoints, base: ModelConfig, target, traffi
         url = endpoints.url_for(args.protocol)
         return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
 
-    tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config, endpoints.headers),
+    tuner = Tuner(base, measure, lambda config: endpoints.client.load(args.model, config),
                   args.p99_ms, args.objective, checkpoint)  # fmt: skip
     baseline = candidate_of(base)
     strategy = make_strategy(args.strategy, space, baseline, args.max_trials)

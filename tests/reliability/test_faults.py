@@ -26,7 +26,6 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.policy_repository import copy_repository
 from tools.process_group import wait_for_http_ok
 from tools.stats import ModelStats
-from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +56,7 @@ def kill_stubs(server_pid: int, model: str) -> list[int]:
 @pytest.mark.parametrize("model", ["tokenizer", "encoder"])
 def test_a_killed_stub_fails_requests_cleanly_until_the_health_watch_reloads_it(explicit_triton, model: str) -> None:
     options = explicit_triton.options
-    watch = HealthWatch(explicit_triton.pid, options.http_url, options.model_repository, explicit_triton.admin_headers, 0.5)
+    watch = HealthWatch(explicit_triton.pid, explicit_triton.client, options.model_repository, 0.5)
     assert embed_once(options.grpc_url, "before") == "ok"
     kill_stubs(explicit_triton.pid, model)
     failure = embed_once(options.grpc_url, "while dead")
@@ -90,7 +89,7 @@ def test_reloads_under_load_let_every_request_complete_or_fail_cleanly(explicit_
             for delay in (4000, 1000, 5000):
                 before = len(answers)
                 config.dynamic_batching.max_queue_delay_microseconds = delay
-                load_with_config(options.http_url, "encoder", config, explicit_triton.admin_headers)
+                explicit_triton.client.load("encoder", config)
                 answered_during.append(answers[before:])
         finally:
             done.set()

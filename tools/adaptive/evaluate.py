@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
-from tools.adaptive.live import LiveController, server_config, with_delay
+from tools.adaptive.live import LiveController, with_delay
 from tools.adaptive.reload_cost import measure_reload_cost
 from tools.adaptive.replay import Phase, Records, phase_trace, replay, windows
 from tools.adaptive.report import phase_summary, render_markdown
@@ -35,8 +35,8 @@ from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import has_priority_queues, without_priority_queues
 from tools.paths import REPO_ROOT
 from tools.server_session import triton_endpoints
+from tools.triton_client import TritonError
 from tools.tuning.curve import encoder_batch, measure_curve
-from tools.tuning.reload import ReloadError, load_with_config
 
 log = logging.getLogger("bench-adapt")
 
@@ -71,16 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def replay_static(endpoints, base, delay: int, target, arrivals) -> Records:
-    load_with_config(endpoints.http_url, "encoder", with_delay(base, delay), endpoints.headers)
+    endpoints.client.load("encoder", with_delay(base, delay))
     time.sleep(1.0)
     return replay(target, arrivals, endpoints.grpc_url)
 
 
 def replay_controlled(endpoints, base, settings: ControlSettings, target, arrivals, window_s: float) -> tuple[Records, LiveController]:
-    load_with_config(endpoints.http_url, "encoder", base, endpoints.headers)
+    endpoints.client.load("encoder", base)
     time.sleep(1.0)
-    live = LiveController(endpoints.http_url, "encoder", base, Controller(settings, base.dynamic_batching.max_queue_delay_microseconds),
-                          endpoints.headers, window_s)  # fmt: skip
+    live = LiveController(endpoints.client, "encoder", base, Controller(settings, base.dynamic_batching.max_queue_delay_microseconds),
+                          window_s)  # fmt: skip
     stop = threading.Event()
     thread = threading.Thread(target=live.run, args=(stop,), name="adapt", daemon=True)
     thread.start()
@@ -95,7 +95,7 @@ def replay_controlled(endpoints, base, settings: ControlSettings, target, arriva
 def evaluate(args: argparse.Namespace) -> int:
     target = encoder_target(args.seq_len)
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        served = server_config(endpoints.grpc_url, "encoder")
+        served = endpoints.client.config("encoder")
         base = served if args.keep_priority_queues else without_priority_queues(served)
         committed = base.dynamic_batching.max_queue_delay_microseconds
         # batch 1 twice (first and last): the first executions after a start run cold
@@ -119,7 +119,7 @@ def evaluate(args: argparse.Namespace) -> int:
         log.info("reload cost: steady %g req/s, 3 reloads", low)
         steady = phase_trace([Phase("steady", low, 16.0)], seed=7)
         cost = measure_reload_cost(target, steady, endpoints.grpc_url,
-                                   lambda d: load_with_config(endpoints.http_url, "encoder", with_delay(base, d), endpoints.headers),
+                                   lambda d: endpoints.client.load("encoder", with_delay(base, d)),
                                    [0, committed, 0], [4.0, 8.0, 12.0])  # fmt: skip
         log.info("reload cost: %s", cost)
 
@@ -140,8 +140,8 @@ def evaluate(args: argparse.Namespace) -> int:
         log.info("replaying the trace against %s, to measure the drift over the run", repeat)
         runs[repeat], labels[repeat] = replay_static(endpoints, base, first, target, arrivals), "repeat"
         try:
-            load_with_config(endpoints.http_url, "encoder", served, endpoints.headers)
-        except ReloadError as exc:
+            endpoints.client.load("encoder", served)
+        except TritonError as exc:
             log.error("could not restore the committed config: %s", exc)
 
     results = {

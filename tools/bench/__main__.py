@@ -37,7 +37,8 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.presets import PRESETS, PresetError, preset_configs
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
-from tools.tuning.reload import ReloadError, load_with_config
+from tools.triton_client import TritonError as ReloadError
+from tools.triton_client import load_with_config
 from tools.tuning.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
