@@ -56,7 +56,9 @@ def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds
 
 class NaiveBatcher:
     """One worker thread: take the first request, wait up to `timeout_s` for more (up to
-    `max_batch`), run them as one batch, resolve each request's future."""
+    `max_batch`), run them as one batch, resolve each request's future. A batch that fails
+    (the session raises, or returns another number of rows) fails each of its requests
+    with that error, as ray serve's batcher does; the worker lives on for the next one."""
 
     def __init__(self, session, max_batch: int, timeout_s: float) -> None:
         self.session, self.max_batch, self.timeout_s = session, max_batch, timeout_s
@@ -87,8 +89,15 @@ class NaiveBatcher:
                     self.requests.put(None)
                     break
                 batch.append(item)
-            joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
-            outputs = self.session.run(None, joined)[0]
+            try:
+                joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
+                outputs = self.session.run(None, joined)[0]
+                if len(outputs) != len(batch):
+                    raise RuntimeError(f"the session returned {len(outputs)} rows for a batch of {len(batch)} requests")
+            except Exception as exc:  # every request of the batch fails with it; the worker serves on
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
             self.batches.append(len(batch))
             for row, (_, future) in enumerate(batch):
                 future.set_result(outputs[row : row + 1])
