@@ -13,9 +13,10 @@ from pathlib import Path
 import torch
 
 from export.source_model import SourceModel
+from tools.contract import EMBEDDING_OUTPUT, TOKEN_INPUTS
 
-INPUT_NAMES = ("INPUT_IDS", "ATTENTION_MASK")
-OUTPUT_NAME = "EMBEDDING"
+INPUT_NAMES = TOKEN_INPUTS  # the names every config, ensemble map and load tool uses (tools/contract.py)
+OUTPUT_NAME = EMBEDDING_OUTPUT
 OPSET = 17
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadtest.corpus import load_corpus
+from tools.contract import ATTENTION_MASK, DEFAULT_HTTP_URL, INPUT_IDS, TEXT_INPUT
 
 ENCODER_TOKENS = 32  # the encoder is sent ready token ids of this length
 
@@ -39,11 +40,11 @@ def request_body(model: str, text: str, priority: int, timeout_us: int) -> bytes
     if model == "encoder":
         ids = [101] + [random.randint(1000, 20000) for _ in range(ENCODER_TOKENS - 2)] + [102]
         inputs = [
-            {"name": "INPUT_IDS", "shape": [1, ENCODER_TOKENS], "datatype": "INT64", "data": ids},
-            {"name": "ATTENTION_MASK", "shape": [1, ENCODER_TOKENS], "datatype": "INT64", "data": [1] * ENCODER_TOKENS},
+            {"name": INPUT_IDS, "shape": [1, ENCODER_TOKENS], "datatype": "INT64", "data": ids},
+            {"name": ATTENTION_MASK, "shape": [1, ENCODER_TOKENS], "datatype": "INT64", "data": [1] * ENCODER_TOKENS},
         ]
     else:
-        inputs = [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
+        inputs = [{"name": TEXT_INPUT, "shape": [1, 1], "datatype": "BYTES", "data": [text]}]
     parameters: dict[str, int] = {"priority": priority}
     if timeout_us:
         parameters["timeout"] = timeout_us
@@ -103,7 +104,7 @@ def format_outcomes(model: str, outcomes: dict[str, Outcome], seconds: float) ->
 
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.priority_probe", description=__doc__)
-    parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (default: %(default)s)")
+    parser.add_argument("--url", default=DEFAULT_HTTP_URL, help="Triton HTTP host:port (default: %(default)s)")
     parser.add_argument("--models", nargs="+", default=["encoder", "embed"], choices=("encoder", "embed"))
     parser.add_argument("--threads", type=int, default=32, help="closed-loop clients, half per class (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=15.0, help="per model (default: %(default)s)")

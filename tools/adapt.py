@@ -26,6 +26,7 @@ from tools.adaptive.control import Controller, ControlSettings
 from tools.adaptive.live import LiveController
 from tools.admin_key import add_admin_key_arguments, key_from_args
 from tools.command import run_reporting_errors
+from tools.contract import GRPC_PORT
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.server_session import triton_endpoints
 from tools.tuning.curve import encoder_batch, measure_curve
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--model", default="encoder")
     parser.add_argument("--url", default=None, help="HTTP host:port of a Triton in explicit model-control mode (default: start one)")
-    parser.add_argument("--grpc-url", default=None, help="its gRPC host:port (default: same host, port 8001)")
+    parser.add_argument("--grpc-url", default=None, help=f"its gRPC host:port (default: same host, port {GRPC_PORT})")
     add_admin_key_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="log what would change; reload nothing")
     parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
+from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
 from tools.interrupts import server_stopped, server_stopping, watch_server
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.process_group import stop_process_group
@@ -109,10 +110,10 @@ class ServerOptions:
     but bind to loopback only: exposing the server is an explicit choice."""
 
     model_repository: Path = MODEL_REPOSITORY
-    host: str = "127.0.0.1"
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
+    host: str = LOOPBACK
+    http_port: int = HTTP_PORT
+    grpc_port: int = GRPC_PORT
+    metrics_port: int = METRICS_PORT
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     cache_size_bytes: int = 64 * 1024 * 1024

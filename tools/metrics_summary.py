@@ -24,6 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig
 from tools.stats import ModelStats
@@ -205,8 +206,8 @@ def format_table(rows: list[dict[str, object]]) -> str:
 
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.metrics_summary", description=__doc__)
-    parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (statistics API)")
-    parser.add_argument("--metrics-url", default="http://127.0.0.1:8002/metrics", help="Triton's Prometheus endpoint")
+    parser.add_argument("--url", default=DEFAULT_HTTP_URL, help="Triton HTTP host:port (statistics API)")
+    parser.add_argument("--metrics-url", default=DEFAULT_METRICS_URL, help="Triton's Prometheus endpoint")
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between two snapshots; 0: cumulative since load")
     add_verbosity_flags(parser)
     args = parser.parse_args(argv)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tools.admin_key import headers_for
+from tools.contract import grpc_url_beside
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
 from tools.paths import BUILD_DIR
 from tools.triton_client import TritonClient
@@ -45,8 +46,7 @@ def triton_endpoints(
     if url:
         if not TritonClient(url).server_ready():
             raise TritonStartError(f"no ready Triton answers at http://{url}")
-        host = url.rsplit(":", 1)[0]
-        yield Endpoints(url, grpc_url or f"{host}:8001", headers_for(admin_key))
+        yield Endpoints(url, grpc_url or grpc_url_beside(url), headers_for(admin_key))
         return
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(
