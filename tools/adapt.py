@@ -20,11 +20,12 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
 from tools.adaptive.live import LiveController
-from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.command import run_reporting_errors
 from tools.contract import GRPC_PORT
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -68,13 +69,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from_args(args: argparse.Namespace, batching_gain: float, max_batch_size: int = 0) -> ControlSettings:
-    return ControlSettings(
+@dataclass(frozen=True)
+class AdaptSettings:
+    """The command line as typed values; built once in `run()`, read by everything below."""
+
+    model: str
+    law: ControlSettings  # its batching_gain and max_batch_size are filled in from the server
+    batching_gain: float | None  # None: measure it at start
+    seq_len: int  # tokens per row for that measurement
+    url: str | None = None
+    grpc_url: str | None = None
+    admin_key: str | None = None
+    dry_run: bool = False
+    duration_s: float | None = None
+    window_s: float = 2.0
+    decisions_json: Path | None = None
+
+
+def settings_from_args(args: argparse.Namespace) -> AdaptSettings:
+    law = ControlSettings(
         p99_ms=args.p99_ms, min_delay_us=args.min_delay_us, max_delay_us=args.max_delay_us, step_up_us=args.step_up_us,
         decrease_factor=args.decrease_factor, max_step_us=args.max_step_us, busy_high=args.busy_high, busy_low=args.busy_low,
         confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
-        batching_gain=batching_gain, min_gain=args.min_gain, max_batch_size=max_batch_size,
+        min_gain=args.min_gain,
     )  # fmt: skip
+    return AdaptSettings(
+        model=args.model,
+        law=law,
+        batching_gain=args.batching_gain,
+        seq_len=args.seq_len,
+        url=args.url,
+        grpc_url=args.grpc_url,
+        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+        dry_run=args.dry_run,
+        duration_s=args.duration,
+        window_s=args.window,
+        decisions_json=args.decisions_json,
+    )
 
 
 def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> float:
@@ -86,39 +117,39 @@ def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> fl
     return max(p.rows_per_s for p in points) / points[0].rows_per_s
 
 
-def run_controller(args: argparse.Namespace) -> int:
-    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+def run_controller(settings: AdaptSettings) -> int:
+    with triton_endpoints(settings.url, settings.grpc_url, explicit_control=True, admin_key=settings.admin_key) as endpoints:
         control = endpoints.client
         problem = control.model_control_problem()
-        if problem and not args.dry_run:
+        if problem and not settings.dry_run:
             log.error("%s", problem)
             return 2
         if problem:
             log.warning("dry run: %s", problem)
-        base = control.config(args.model)
+        base = control.config(settings.model)
         if not base.HasField("dynamic_batching"):
-            log.error("%s has no dynamic_batching section; there is no delay to adapt", args.model)
+            log.error("%s has no dynamic_batching section; there is no delay to adapt", settings.model)
             return 2
-        gain = args.batching_gain
+        gain = settings.batching_gain
         if gain is None:
-            gain = measured_gain(endpoints.http_url, args.model, args.seq_len, base.max_batch_size)
-            log.info("batching gain of %s at %d tokens: %.2fx", args.model, args.seq_len, gain)
-        settings = settings_from_args(args, gain, base.max_batch_size)
+            gain = measured_gain(endpoints.http_url, settings.model, settings.seq_len, base.max_batch_size)
+            log.info("batching gain of %s at %d tokens: %.2fx", settings.model, settings.seq_len, gain)
+        law = replace(settings.law, batching_gain=gain, max_batch_size=base.max_batch_size)
         delay = base.dynamic_batching.max_queue_delay_microseconds
-        live = LiveController(control, args.model, base, Controller(settings, delay), args.window, args.dry_run)  # fmt: skip
+        live = LiveController(control, settings.model, base, Controller(law, delay), settings.window_s, settings.dry_run)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
-        log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", args.model, delay, args.p99_ms,
-                 " (dry run)" if args.dry_run else "", args.window)  # fmt: skip
+        log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", settings.model, delay, settings.law.p99_ms,
+                 " (dry run)" if settings.dry_run else "", settings.window_s)  # fmt: skip
         try:
-            live.run(stop, args.duration)
+            live.run(stop, settings.duration_s)
         except KeyboardInterrupt:
             stop.set()
             log.info("stopped")
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            write_decisions(args.decisions_json, live, delay)
+            write_decisions(settings.decisions_json, live, delay)
         print(summary_line(live, delay), flush=True)
         return 1 if any(not r.ok for r in live.reloads) else 0
 
@@ -151,7 +182,7 @@ def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)
-    return run_reporting_errors(lambda: run_controller(args), log)
+    return run_reporting_errors(lambda: run_controller(settings_from_args(args)), log)
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.admin_key import HEADER as ADMIN_HEADER
-from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.admin_key import AdminKeyError, add_admin_key_arguments, resolve_admin_key
 from tools.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
 from tools.health_watch import HealthWatch, reload_model
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
@@ -157,7 +157,7 @@ def options_from_args(args: argparse.Namespace, runtime: str = "local") -> Serve
         cache_size_bytes=args.cache_size_mb * 1024 * 1024,
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
-        admin_key=key_from_args(args) if explicit else None,
+        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key) if explicit else None,
     )
 
 
