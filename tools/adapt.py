@@ -26,6 +26,7 @@ from pathlib import Path
 from tools.adaptive.control import Controller, ControlSettings
 from tools.adaptive.live import LiveController
 from tools.admin_key import add_admin_key_arguments, resolve_admin_key
+from tools.cli_settings import settings_from
 from tools.command import run_reporting_errors
 from tools.contract import GRPC_PORT
 from tools.logsetup import add_verbosity_flags, configure_logging
@@ -93,19 +94,8 @@ def settings_from_args(args: argparse.Namespace) -> AdaptSettings:
         confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
         min_gain=args.min_gain,
     )  # fmt: skip
-    return AdaptSettings(
-        model=args.model,
-        law=law,
-        batching_gain=args.batching_gain,
-        seq_len=args.seq_len,
-        url=args.url,
-        grpc_url=args.grpc_url,
-        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
-        dry_run=args.dry_run,
-        duration_s=args.duration,
-        window_s=args.window,
-        decisions_json=args.decisions_json,
-    )
+    admin_key = resolve_admin_key(args.admin_key_file, args.admin_key)
+    return settings_from(AdaptSettings, args, law=law, admin_key=admin_key, duration_s=args.duration, window_s=args.window)
 
 
 def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> float:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.admin_key import add_admin_key_arguments, resolve_admin_key
+from tools.cli_settings import settings_from
 from tools.command import run_reporting_errors
 from tools.interrupts import signals_interrupt
 from tools.loadgen.cli_args import (
@@ -99,33 +100,17 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
     seq_len = args.seq_len or (32 if load_model != args.model else 128)
     load_args = argparse.Namespace(**{**vars(args), "seq_len": seq_len})  # loadgen's parsers read the Namespace
-    return TuneSettings(
-        model=args.model,
+    return settings_from(
+        TuneSettings,
+        args,
         load_model=load_model,
-        p99_ms=args.p99_ms,
-        objective=args.objective,
         target=target_from_args(load_args, load_model),
         traffics=traffics_from_args(load_args),
         measurement=measurement_from_args(load_args, models=(args.model,)),
-        protocol=args.protocol,
         seq_len=seq_len,
-        url=args.url,
-        grpc_url=args.grpc_url,
         admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
-        space=args.space,
-        max_batch_sizes=args.max_batch_sizes,
-        delays_us=args.delays_us,
-        preferred=args.preferred,
-        instances=args.instances,
-        priority_queues=args.priority_queues,
         priority_mix=bool(args.priority_mix),
-        strategy=args.strategy,
-        max_trials=args.max_trials,
-        confirm=args.confirm,
-        resume=args.resume,
         report_dir=args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}",
-        output=args.output,
-        apply=args.apply,
         plots=not args.no_plots,
     )
 

@@ -28,6 +28,7 @@ from tools.adaptive.reload_cost import measure_reload_cost
 from tools.adaptive.replay import Phase, Records, phase_trace, replay, windows
 from tools.adaptive.report import phase_summary, render_markdown
 from tools.admin_key import add_admin_key_arguments, resolve_admin_key
+from tools.cli_settings import settings_from
 from tools.command import run_reporting_errors
 from tools.loadgen.cli_args import number_list
 from tools.loadgen.targets import encoder_target
@@ -92,21 +93,14 @@ class EvaluateSettings:
 
 
 def settings_from_args(args: argparse.Namespace) -> EvaluateSettings:
-    return EvaluateSettings(
-        p99_ms=args.p99_ms,
-        seq_len=args.seq_len,
-        low_rate=args.low_rate,
-        peak_rate=args.peak_rate,
-        phase_s=args.phase_s,
+    return settings_from(
+        EvaluateSettings,
+        args,
         pattern=tuple(args.pattern.split(",")),
         delays_us=tuple(args.delays_us),
         window_s=args.window,
         control_window_s=args.control_window,
         min_interval_s=args.min_interval,
-        keep_priority_queues=args.keep_priority_queues,
-        report_dir=args.report_dir,
-        url=args.url,
-        grpc_url=args.grpc_url,
         admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
     )
 
