@@ -60,11 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     law.add_argument("--busy-low", type=float, default=defaults.busy_low, help="utilisation that asks for less delay")
     law.add_argument("--confirm-windows", type=int, default=defaults.confirm_windows, help="windows in a row before a move")
     law.add_argument("--min-interval", type=float, default=defaults.min_interval_s, help="seconds between changes")
-    law.add_argument("--min-gain", type=float, default=defaults.min_gain,
-                     help="raise the delay only if batching gains at least this (best/batch-1 rows/s)")  # fmt: skip
+    law.add_argument(
+        "--min-gain",
+        type=float,
+        default=defaults.min_gain,
+        help="raise the delay only if batching gains at least this (best/batch-1 rows/s)",
+    )
     law.add_argument("--tail-factor", type=float, default=defaults.tail_factor, help="p99 estimate = mean server latency x this")
-    law.add_argument("--batching-gain", type=float, default=None,
-                     help="best/batch-1 rows/s of the model; default: measured once at start (encoder)")  # fmt: skip
+    law.add_argument(
+        "--batching-gain", type=float, default=None, help="best/batch-1 rows/s of the model; default: measured once at start (encoder)"
+    )
     law.add_argument("--seq-len", type=int, default=128, help="tokens per row for that measurement")
     add_verbosity_flags(parser)
     return parser
@@ -89,11 +94,19 @@ class AdaptSettings:
 
 def settings_from_args(args: argparse.Namespace) -> AdaptSettings:
     law = ControlSettings(
-        p99_ms=args.p99_ms, min_delay_us=args.min_delay_us, max_delay_us=args.max_delay_us, step_up_us=args.step_up_us,
-        decrease_factor=args.decrease_factor, max_step_us=args.max_step_us, busy_high=args.busy_high, busy_low=args.busy_low,
-        confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
+        p99_ms=args.p99_ms,
+        min_delay_us=args.min_delay_us,
+        max_delay_us=args.max_delay_us,
+        step_up_us=args.step_up_us,
+        decrease_factor=args.decrease_factor,
+        max_step_us=args.max_step_us,
+        busy_high=args.busy_high,
+        busy_low=args.busy_low,
+        confirm_windows=args.confirm_windows,
+        min_interval_s=args.min_interval,
+        tail_factor=args.tail_factor,
         min_gain=args.min_gain,
-    )  # fmt: skip
+    )
     admin_key = resolve_admin_key(args.admin_key_file, args.admin_key)
     return settings_from(AdaptSettings, args, law=law, admin_key=admin_key, duration_s=args.duration, window_s=args.window)
 
@@ -129,8 +142,14 @@ def run_controller(settings: AdaptSettings) -> int:
         live = LiveController(control, settings.model, base, Controller(law, delay), settings.window_s, settings.dry_run)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
-        log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", settings.model, delay, settings.law.p99_ms,
-                 " (dry run)" if settings.dry_run else "", settings.window_s)  # fmt: skip
+        log.info(
+            "adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s",
+            settings.model,
+            delay,
+            settings.law.p99_ms,
+            " (dry run)" if settings.dry_run else "",
+            settings.window_s,
+        )
         try:
             live.run(stop, settings.duration_s)
         except KeyboardInterrupt:
@@ -150,10 +169,13 @@ def summary_line(live: LiveController, start_delay_us: int) -> str:
     failed = [r for r in live.reloads if not r.ok]
     if live.dry_run:
         would = f"; the law would have ended at {live.controller.delay_us} us" if changes else ""
-        return (f"dry run: {len(live.decisions)} windows, {len(changes)} change(s) proposed, none applied; "
-                f"delay unchanged at {start_delay_us} us{would}")  # fmt: skip
-    return (f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); "
-            f"delay now {live.controller.delay_us} us")  # fmt: skip
+        return (
+            f"dry run: {len(live.decisions)} windows, {len(changes)} change(s) proposed, none applied; "
+            f"delay unchanged at {start_delay_us} us{would}"
+        )
+    return (
+        f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); delay now {live.controller.delay_us} us"
+    )
 
 
 def write_decisions(path: Path | None, live: LiveController, start_delay_us: int) -> None:
@@ -163,8 +185,13 @@ def write_decisions(path: Path | None, live: LiveController, start_delay_us: int
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     final = start_delay_us if live.dry_run else live.controller.delay_us
-    document = {"decisions": [d.to_dict() for d in live.decisions], "reloads": [r.to_dict() for r in live.reloads],
-                "final_delay_us": final, "law_final_delay_us": live.controller.delay_us, "dry_run": live.dry_run}  # fmt: skip
+    document = {
+        "decisions": [d.to_dict() for d in live.decisions],
+        "reloads": [r.to_dict() for r in live.reloads],
+        "final_delay_us": final,
+        "law_final_delay_us": live.controller.delay_us,
+        "dry_run": live.dry_run,
+    }
     path.write_text(json.dumps(document, indent=1))
 
 

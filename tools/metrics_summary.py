@@ -126,8 +126,11 @@ def without_warmup(metrics: ModelMetrics, stats: ModelStats, warmup: WarmUp) -> 
     counts = ModelMetrics()
     counts.values.update(metrics.values)
     counts.failures.update(metrics.failures)
-    for name, removed in (("nv_inference_request_success", requests), ("nv_inference_count", requests),
-                          ("nv_inference_exec_count", executions)):  # fmt: skip
+    for name, removed in (
+        ("nv_inference_request_success", requests),
+        ("nv_inference_count", requests),
+        ("nv_inference_exec_count", executions),
+    ):
         counts.values[name] = max(0.0, counts.values.get(name, 0.0) - removed)
     histogram = {size: n - batches.get(size, 0) for size, n in stats.batch_executions.items()}
     traffic = replace(
@@ -230,8 +233,11 @@ def run(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     warmed = [str(row["model"]) for row in rows if row["warm-up"]]
     if warmed:
-        log.info("the warm-up of %s (column warm-up: its requests) is left out of the counts; Triton keeps no warm-up times "
-                 "apart, so the times of a model with traffic include it (--interval N excludes it)", ", ".join(warmed))  # fmt: skip
+        log.info(
+            "the warm-up of %s (column warm-up: its requests) is left out of the counts; Triton keeps no warm-up times "
+            "apart, so the times of a model with traffic include it (--interval N excludes it)",
+            ", ".join(warmed),
+        )
     return 0
 
 
