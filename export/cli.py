@@ -15,6 +15,7 @@ from export.manifest import IMPLICIT_SETTINGS, MANIFEST_NAME, ExportManifest, fi
 from export.precision import DEFAULT_INT8_METHOD, INT8_METHODS, PRECISIONS, PrecisionSpec
 from export.quality_gate import MIN_COSINE, MIN_NEIGHBOUR_OVERLAP, QualityGateError, QualityThresholds
 from export.source_model import SourceModel, SourceModelError, default_model_dir, inspect_model
+from tools.contract import EMBEDDING_OUTPUT
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import load_config, save_config
 from tools.paths import MODEL_REPOSITORY
@@ -90,7 +91,7 @@ def sync_embedding_dims(repository: Path, models: list[str], dimension: int) -> 
     for name in models:
         config = load_config(repository / name)
         for output in config.output:
-            if output.name == "EMBEDDING" and list(output.dims) != [dimension]:
+            if output.name == EMBEDDING_OUTPUT and list(output.dims) != [dimension]:
                 log.warning("%s/config.pbtxt: EMBEDDING dims %s -> [%d] to match the model", name, list(output.dims), dimension)
                 del output.dims[:]
                 output.dims.append(dimension)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from export.names import INPUT_NAMES, OUTPUT_NAME
 from export.source_model import SourceModel
+from tools.contract import EMBEDDING_OUTPUT, TOKEN_INPUTS
 
-__all__ = ["INPUT_NAMES", "OUTPUT_NAME", "PooledEncoder", "export_onnx", "load_pooled_encoder"]
+INPUT_NAMES = TOKEN_INPUTS  # the names every config, ensemble map and load tool uses (tools/contract.py)
+OUTPUT_NAME = EMBEDDING_OUTPUT
 OPSET = 17
 
 

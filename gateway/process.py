@@ -15,9 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -80,18 +77,11 @@ class GatewayProcess:
         return self
 
     def wait_live(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise GatewayStartError(f"the gateway exited with status {code} during start-up.{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health/live", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.1)
+        if wait_for_http_ok(f"{self.url}/health/live", timeout_s, self.process, interval_s=0.1):
+            return
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise GatewayStartError(f"the gateway exited with status {code} during start-up.{self.log_tail()}")
         raise GatewayStartError(f"the gateway did not answer within {timeout_s:.0f} s.{self.log_tail()}")
 
     def wait_ready(self, timeout_s: float) -> bool:

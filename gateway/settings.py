@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.contract import DEFAULT_GRPC_URL, EMBEDDING_OUTPUT, TEXT_INPUT
 from tools.paths import MODEL_REPOSITORY
 
 KEYS_ENV = "GATEWAY_API_KEYS"
@@ -27,7 +28,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    triton_url: str = "127.0.0.1:8001"
+    triton_url: str = DEFAULT_GRPC_URL
     triton_model: str = "embed"
     served_model_name: str | None = None  # the `model` clients send; default: the Triton model's name
     host: str = "127.0.0.1"
@@ -83,7 +84,9 @@ def keys_from(path: Path | None, environ: dict[str, str] | None = None) -> froze
 def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = GatewaySettings()
     parser.add_argument("--triton-url", default=defaults.triton_url, help="Triton's gRPC host:port (default %(default)s)")
-    parser.add_argument("--triton-model", default=defaults.triton_model, help="the Triton model to serve (TEXT in, EMBEDDING out)")
+    parser.add_argument(
+        "--triton-model", default=defaults.triton_model, help=f"the Triton model to serve ({TEXT_INPUT} in, {EMBEDDING_OUTPUT} out)"
+    )
     parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: the Triton model's)")
     parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the gateway)")
     parser.add_argument("--port", type=int, default=defaults.port)

@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections import Counter
 
+from tools.contract import DEFAULT_HTTP_URL
 from tools.load.engine import Run, drive
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
@@ -58,7 +59,7 @@ def format_outcomes(model: str, run: Run, priorities: tuple[int, int], seconds: 
 
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.priority_probe", description=__doc__)
-    parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (default: %(default)s)")
+    parser.add_argument("--url", default=DEFAULT_HTTP_URL, help="Triton HTTP host:port (default: %(default)s)")
     parser.add_argument("--models", nargs="+", default=["encoder", "embed"], choices=("encoder", "embed"))
     parser.add_argument(
         "--threads", type=int, default=32, help="closed-loop clients; each request is class A or B, half each (default: %(default)s)"

@@ -15,18 +15,17 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from loadtest.options import add_load_options, locust_arguments
-from loadtest.server_stats import Snapshot, format_deltas
+from loadtest.server_stats import PipelineCounters, format_deltas
 from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
 from tools.interrupts import raise_interrupted
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports, port_in_use
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
+from tools.triton_client import TritonClient
 
 log = logging.getLogger("loadtest")
 
@@ -55,14 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def server_ready(http_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
-
-
 def _host_port(url: str) -> tuple[str, int]:
     host, _, port = url.rpartition(":")
     return host, int(port)
@@ -71,7 +62,7 @@ def _host_port(url: str) -> tuple[str, int]:
 @contextlib.contextmanager
 def triton_for(args: argparse.Namespace, report_dir: Path) -> Iterator[None]:
     """Use the server that answers at --triton-http-url, or start one on those ports."""
-    if server_ready(args.triton_http_url):
+    if TritonClient(args.triton_http_url).server_ready():
         log.info("using the Triton server at %s", args.triton_http_url)
         yield
         return
@@ -146,9 +137,9 @@ def run(argv: list[str] | None = None) -> int:
     slos = slos_from_args(args)
     try:
         with triton_for(args, report_dir):
-            before = Snapshot.take(args.triton_http_url)
+            before = PipelineCounters.take(args.triton_http_url)
             code = run_locust(locust_command(args, csv_prefix, html))
-            deltas = Snapshot.take(args.triton_http_url) - before
+            deltas = PipelineCounters.take(args.triton_http_url) - before
     except (TritonStartError, OSError) as exc:
         log.error("%s", exc)
         return 2

@@ -6,21 +6,25 @@ from dataclasses import dataclass
 
 from tools.loadgen.report import format_ms
 from tools.stats import ModelStats
+from tools.triton_client import TritonClient
 
 MODELS = ("embed", "tokenizer", "encoder")
 
 
 @dataclass
-class Snapshot:
+class PipelineCounters:
+    """Settled statistics of the pipeline's models at one moment (before or after a run)."""
+
     http_url: str
     models: tuple[str, ...]
     stats: dict[str, ModelStats]
 
     @classmethod
-    def take(cls, http_url: str, models: tuple[str, ...] = MODELS) -> Snapshot:
-        return cls(http_url, models, {model: ModelStats.settled(http_url, model) for model in models})
+    def take(cls, http_url: str, models: tuple[str, ...] = MODELS) -> PipelineCounters:
+        client = TritonClient(http_url)
+        return cls(http_url, models, {model: client.settled_statistics(model) for model in models})
 
-    def __sub__(self, earlier: Snapshot) -> dict[str, ModelStats]:
+    def __sub__(self, earlier: PipelineCounters) -> dict[str, ModelStats]:
         return {model: self.stats[model] - earlier.stats[model] for model in self.models}
 
 

@@ -16,6 +16,7 @@ from locust import User, task
 from tritonclient.utils import InferenceServerException
 
 from loadtest.corpus import TextSampler, load_corpus
+from tools.contract import EMBEDDING_OUTPUT
 from tools.embed import client_module, text_input
 
 _CORPUS = load_corpus()
@@ -69,7 +70,7 @@ class TritonUser(User):
     def embed(self) -> None:
         texts = self.sampler.sample(self.length, self.texts_per_request)
         inputs = [text_input(self.module, texts)]
-        outputs = [self.module.InferRequestedOutput("EMBEDDING")]
+        outputs = [self.module.InferRequestedOutput(EMBEDDING_OUTPUT)]
         exception: Exception | None = None
         length = 0
         start = time.perf_counter()
@@ -77,7 +78,7 @@ class TritonUser(User):
             result = self.client.infer(
                 self.model, inputs, outputs=outputs, priority=self.priority, timeout=self.queue_timeout_us, **self.call_options()
             )
-            embeddings = result.as_numpy("EMBEDDING")
+            embeddings = result.as_numpy(EMBEDDING_OUTPUT)
             if embeddings is None or embeddings.shape[0] != len(texts):
                 raise TritonCallError(f"expected {len(texts)} embeddings, got {None if embeddings is None else embeddings.shape}")
             length = embeddings.nbytes

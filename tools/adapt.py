@@ -20,12 +20,15 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools.adaptive.control import Controller, ControlSettings
-from tools.adaptive.live import LiveController, model_control_problem, server_config
-from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.adaptive.live import LiveController
+from tools.admin_key import add_admin_key_arguments, resolve_admin_key
+from tools.cli_settings import settings_from
 from tools.command import run_reporting_errors
+from tools.contract import GRPC_PORT
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.server_session import triton_endpoints
 from tools.tuning.curve import encoder_batch, measure_curve
@@ -40,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--p99-ms", type=float, required=True, help="latency SLO: p99 in milliseconds")
     parser.add_argument("--model", default="encoder")
     parser.add_argument("--url", default=None, help="HTTP host:port of a Triton in explicit model-control mode (default: start one)")
-    parser.add_argument("--grpc-url", default=None, help="its gRPC host:port (default: same host, port 8001)")
+    parser.add_argument("--grpc-url", default=None, help=f"its gRPC host:port (default: same host, port {GRPC_PORT})")
     add_admin_key_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="log what would change; reload nothing")
     parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
@@ -57,23 +60,55 @@ def build_parser() -> argparse.ArgumentParser:
     law.add_argument("--busy-low", type=float, default=defaults.busy_low, help="utilisation that asks for less delay")
     law.add_argument("--confirm-windows", type=int, default=defaults.confirm_windows, help="windows in a row before a move")
     law.add_argument("--min-interval", type=float, default=defaults.min_interval_s, help="seconds between changes")
-    law.add_argument("--min-gain", type=float, default=defaults.min_gain,
-                     help="raise the delay only if batching gains at least this (best/batch-1 rows/s)")  # fmt: skip
+    law.add_argument(
+        "--min-gain",
+        type=float,
+        default=defaults.min_gain,
+        help="raise the delay only if batching gains at least this (best/batch-1 rows/s)",
+    )
     law.add_argument("--tail-factor", type=float, default=defaults.tail_factor, help="p99 estimate = mean server latency x this")
-    law.add_argument("--batching-gain", type=float, default=None,
-                     help="best/batch-1 rows/s of the model; default: measured once at start (encoder)")  # fmt: skip
+    law.add_argument(
+        "--batching-gain", type=float, default=None, help="best/batch-1 rows/s of the model; default: measured once at start (encoder)"
+    )
     law.add_argument("--seq-len", type=int, default=128, help="tokens per row for that measurement")
     add_verbosity_flags(parser)
     return parser
 
 
-def settings_from_args(args: argparse.Namespace, batching_gain: float, max_batch_size: int = 0) -> ControlSettings:
-    return ControlSettings(
-        p99_ms=args.p99_ms, min_delay_us=args.min_delay_us, max_delay_us=args.max_delay_us, step_up_us=args.step_up_us,
-        decrease_factor=args.decrease_factor, max_step_us=args.max_step_us, busy_high=args.busy_high, busy_low=args.busy_low,
-        confirm_windows=args.confirm_windows, min_interval_s=args.min_interval, tail_factor=args.tail_factor,
-        batching_gain=batching_gain, min_gain=args.min_gain, max_batch_size=max_batch_size,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class AdaptSettings:
+    """The command line as typed values; built once in `run()`, read by everything below."""
+
+    model: str
+    law: ControlSettings  # its batching_gain and max_batch_size are filled in from the server
+    batching_gain: float | None  # None: measure it at start
+    seq_len: int  # tokens per row for that measurement
+    url: str | None = None
+    grpc_url: str | None = None
+    admin_key: str | None = None
+    dry_run: bool = False
+    duration_s: float | None = None
+    window_s: float = 2.0
+    decisions_json: Path | None = None
+
+
+def settings_from_args(args: argparse.Namespace) -> AdaptSettings:
+    law = ControlSettings(
+        p99_ms=args.p99_ms,
+        min_delay_us=args.min_delay_us,
+        max_delay_us=args.max_delay_us,
+        step_up_us=args.step_up_us,
+        decrease_factor=args.decrease_factor,
+        max_step_us=args.max_step_us,
+        busy_high=args.busy_high,
+        busy_low=args.busy_low,
+        confirm_windows=args.confirm_windows,
+        min_interval_s=args.min_interval,
+        tail_factor=args.tail_factor,
+        min_gain=args.min_gain,
+    )
+    admin_key = resolve_admin_key(args.admin_key_file, args.admin_key)
+    return settings_from(AdaptSettings, args, law=law, admin_key=admin_key, duration_s=args.duration, window_s=args.window)
 
 
 def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> float:
@@ -85,39 +120,45 @@ def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> fl
     return max(p.rows_per_s for p in points) / points[0].rows_per_s
 
 
-def run_controller(args: argparse.Namespace) -> int:
-    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        problem = model_control_problem(endpoints.http_url, endpoints.headers)
-        if problem and not args.dry_run:
+def run_controller(settings: AdaptSettings) -> int:
+    with triton_endpoints(settings.url, settings.grpc_url, explicit_control=True, admin_key=settings.admin_key) as endpoints:
+        control = endpoints.client
+        problem = control.model_control_problem()
+        if problem and not settings.dry_run:
             log.error("%s", problem)
             return 2
         if problem:
             log.warning("dry run: %s", problem)
-        base = server_config(endpoints.grpc_url, args.model)
+        base = control.config(settings.model)
         if not base.HasField("dynamic_batching"):
-            log.error("%s has no dynamic_batching section; there is no delay to adapt", args.model)
+            log.error("%s has no dynamic_batching section; there is no delay to adapt", settings.model)
             return 2
-        gain = args.batching_gain
+        gain = settings.batching_gain
         if gain is None:
-            gain = measured_gain(endpoints.http_url, args.model, args.seq_len, base.max_batch_size)
-            log.info("batching gain of %s at %d tokens: %.2fx", args.model, args.seq_len, gain)
-        settings = settings_from_args(args, gain, base.max_batch_size)
+            gain = measured_gain(endpoints.http_url, settings.model, settings.seq_len, base.max_batch_size)
+            log.info("batching gain of %s at %d tokens: %.2fx", settings.model, settings.seq_len, gain)
+        law = replace(settings.law, batching_gain=gain, max_batch_size=base.max_batch_size)
         delay = base.dynamic_batching.max_queue_delay_microseconds
-        live = LiveController(endpoints.http_url, args.model, base, Controller(settings, delay), endpoints.headers,
-                              args.window, args.dry_run)  # fmt: skip
+        live = LiveController(control, settings.model, base, Controller(law, delay), settings.window_s, settings.dry_run)
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if threading.current_thread() is threading.main_thread() else None
-        log.info("adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s", args.model, delay, args.p99_ms,
-                 " (dry run)" if args.dry_run else "", args.window)  # fmt: skip
+        log.info(
+            "adapting %s (delay now %d us) to p99 <= %g ms%s; windows of %g s",
+            settings.model,
+            delay,
+            settings.law.p99_ms,
+            " (dry run)" if settings.dry_run else "",
+            settings.window_s,
+        )
         try:
-            live.run(stop, args.duration)
+            live.run(stop, settings.duration_s)
         except KeyboardInterrupt:
             stop.set()
             log.info("stopped")
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-            write_decisions(args.decisions_json, live, delay)
+            write_decisions(settings.decisions_json, live, delay)
         print(summary_line(live, delay), flush=True)
         return 1 if any(not r.ok for r in live.reloads) else 0
 
@@ -128,10 +169,13 @@ def summary_line(live: LiveController, start_delay_us: int) -> str:
     failed = [r for r in live.reloads if not r.ok]
     if live.dry_run:
         would = f"; the law would have ended at {live.controller.delay_us} us" if changes else ""
-        return (f"dry run: {len(live.decisions)} windows, {len(changes)} change(s) proposed, none applied; "
-                f"delay unchanged at {start_delay_us} us{would}")  # fmt: skip
-    return (f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); "
-            f"delay now {live.controller.delay_us} us")  # fmt: skip
+        return (
+            f"dry run: {len(live.decisions)} windows, {len(changes)} change(s) proposed, none applied; "
+            f"delay unchanged at {start_delay_us} us{would}"
+        )
+    return (
+        f"{len(live.decisions)} windows, {len(changes)} change(s), {len(failed)} failed reload(s); delay now {live.controller.delay_us} us"
+    )
 
 
 def write_decisions(path: Path | None, live: LiveController, start_delay_us: int) -> None:
@@ -141,8 +185,13 @@ def write_decisions(path: Path | None, live: LiveController, start_delay_us: int
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     final = start_delay_us if live.dry_run else live.controller.delay_us
-    document = {"decisions": [d.to_dict() for d in live.decisions], "reloads": [r.to_dict() for r in live.reloads],
-                "final_delay_us": final, "law_final_delay_us": live.controller.delay_us, "dry_run": live.dry_run}  # fmt: skip
+    document = {
+        "decisions": [d.to_dict() for d in live.decisions],
+        "reloads": [r.to_dict() for r in live.reloads],
+        "final_delay_us": final,
+        "law_final_delay_us": live.controller.delay_us,
+        "dry_run": live.dry_run,
+    }
     path.write_text(json.dumps(document, indent=1))
 
 
@@ -150,7 +199,7 @@ def run(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)
-    return run_reporting_errors(lambda: run_controller(args), log)
+    return run_reporting_errors(lambda: run_controller(settings_from_args(args)), log)
 
 
 def main() -> None:

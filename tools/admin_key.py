@@ -91,10 +91,11 @@ def add_admin_key_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--admin-key", default=None, help="the key itself (visible to other local users in `ps`; prefer the file)")
 
 
-def key_from_args(args: argparse.Namespace) -> str | None:
-    if getattr(args, "admin_key_file", None):
-        return read_key_file(args.admin_key_file)
-    return getattr(args, "admin_key", None) or os.environ.get(ENV_VARIABLE) or None
+def resolve_admin_key(key_file: Path | None = None, key: str | None = None) -> str | None:
+    """The key a command uses: from --admin-key-file, else --admin-key, else $TRITON_ADMIN_KEY."""
+    if key_file:
+        return read_key_file(key_file)
+    return key or os.environ.get(ENV_VARIABLE) or None
 
 
 def model_control_requested(server_args: Sequence[str]) -> bool:

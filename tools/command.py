@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from tools.admin_key import AdminKeyError
 from tools.local_triton import TritonStartError
-from tools.tuning.reload import ReloadError
+from tools.triton_client import TritonError
 
 
 def run_reporting_errors(action: Callable[[], int], log: logging.Logger) -> int:
@@ -20,6 +20,6 @@ def run_reporting_errors(action: Callable[[], int], log: logging.Logger) -> int:
     except TritonStartError as exc:
         log.error("%s", exc)
         return 1
-    except (ValueError, ReloadError, AdminKeyError, OSError) as exc:
+    except (ValueError, TritonError, AdminKeyError, OSError) as exc:
         log.error("%s", exc)
         return 2

@@ -22,8 +22,6 @@ import signal
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +31,7 @@ from tools.admin_key import generate_key, read_key_file, write_key_file
 from tools.local_triton import ServerOptions
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.triton_client import TritonClient
 from tools.variant import DEFAULT_OUT, write_variant
 
 log = logging.getLogger("docker")
@@ -191,46 +190,31 @@ def compose(args: list[str], env: dict[str, str] | None = None, check: bool = Tr
     return subprocess.run(command, env=env, check=check, cwd=COMPOSE_FILE.parent)
 
 
-def is_ready(options: ServerOptions) -> bool:
-    """The embed model answers ready (the server alone is ready even with no model)."""
-    try:
-        with urllib.request.urlopen(f"http://{options.http_url}/v2/models/embed/ready", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 def announce_when_ready(
     options: ServerOptions, ready_timeout_s: float, key_file: Path | None, stop: threading.Event, gateway_port: int | None = None
 ) -> None:
-    """Log the endpoints once Triton is ready; warn once if it takes longer than the timeout."""
-    waited = 0.0
-    warned = False
-    while not stop.is_set():
-        if is_ready(options):
-            log.info("Triton (Docker, GPU) is ready; Ctrl-C stops the stack:")
-            log.info("  HTTP     http://%s   (try: curl %s/v2/models/embed/ready)", options.http_url, options.http_url)
-            log.info("  gRPC     %s", options.grpc_url)
-            log.info("  metrics  %s", options.metrics_url)
-            if gateway_port is not None:
-                log.info("  OpenAI   http://%s:%d/v1   (the gateway; ready once Triton is)", options.host, gateway_port)
-            log.info(
-                "  Prometheus http://%s:9090   Grafana http://%s:3000 (dashboard 'Triton dynamic batching')", options.host, options.host
-            )
-            where = key_file or "the key you passed"
-            log.info(
-                "  model control: send header %r with the key in %s (tools.tune --url ... --admin-key-file %s)", ADMIN_HEADER, where, where
-            )
+    """Log the endpoints once Triton's embed model is ready (the server alone is ready even
+    with no model); warn once if that takes longer than the timeout, and keep waiting."""
+    client = TritonClient(options.http_url)
+    if not client.wait_until_ready(ready_timeout_s, model="embed", stop=stop):
+        if stop.is_set():
             return
-        if waited >= ready_timeout_s and not warned:
-            log.warning(
-                "Triton in Docker is not ready after %.0f s (the first start builds the image and pulls several GB; "
-                "its log is above); still waiting, Ctrl-C stops",
-                ready_timeout_s,
-            )
-            warned = True
-        stop.wait(1.0)
-        waited += 1.0
+        log.warning(
+            "Triton in Docker is not ready after %.0f s (the first start builds the image and pulls several GB; "
+            "its log is above); still waiting, Ctrl-C stops",
+            ready_timeout_s,
+        )
+        if not client.wait_until_ready(float("inf"), model="embed", stop=stop):
+            return
+    log.info("Triton (Docker, GPU) is ready; Ctrl-C stops the stack:")
+    log.info("  HTTP     http://%s   (try: curl %s/v2/models/embed/ready)", options.http_url, options.http_url)
+    log.info("  gRPC     %s", options.grpc_url)
+    log.info("  metrics  %s", options.metrics_url)
+    if gateway_port is not None:
+        log.info("  OpenAI   http://%s:%d/v1   (the gateway; ready once Triton is)", options.host, gateway_port)
+    log.info("  Prometheus http://%s:9090   Grafana http://%s:3000 (dashboard 'Triton dynamic batching')", options.host, options.host)
+    where = key_file or "the key you passed"
+    log.info("  model control: send header %r with the key in %s (tools.tune --url ... --admin-key-file %s)", ADMIN_HEADER, where, where)
 
 
 def stop_attached(process: subprocess.Popen, grace_s: float) -> None:

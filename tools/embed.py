@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from tools.contract import DEFAULT_GRPC_URL, DEFAULT_HTTP_URL, EMBEDDING_OUTPUT, TEXT_INPUT
 from tools.logsetup import add_verbosity_flags, configure_logging
 
 log = logging.getLogger("embed")
 
-DEFAULT_URLS = {"http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001"}
+DEFAULT_URLS = {"http": DEFAULT_HTTP_URL, "grpc": DEFAULT_GRPC_URL}
 
 
 def client_module(protocol: str, aio: bool = False):
@@ -41,7 +42,7 @@ def client_module(protocol: str, aio: bool = False):
     return importlib.import_module(f"tritonclient.{protocol}{'.aio' if aio else ''}")
 
 
-def text_input(module, texts: list[str] | list[bytes], name: str = "TEXT"):
+def text_input(module, texts: list[str] | list[bytes], name: str = TEXT_INPUT):
     """A [n, 1] BYTES tensor, one text per row (the ensemble's batch axis)."""
     array = np.array([[t if isinstance(t, bytes) else t.encode("utf-8")] for t in texts], dtype=np.object_)
     tensor = module.InferInput(name, list(array.shape), "BYTES")
@@ -96,11 +97,11 @@ class EmbeddingClient:
         result = self.client.infer(
             self.model,
             [text_input(self.module, texts)],
-            outputs=[self.module.InferRequestedOutput("EMBEDDING")],
+            outputs=[self.module.InferRequestedOutput(EMBEDDING_OUTPUT)],
             priority=priority,
             timeout=timeout_us,
         )
-        return result.as_numpy("EMBEDDING")
+        return result.as_numpy(EMBEDDING_OUTPUT)
 
     def close(self) -> None:
         self.client.close()
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("texts", nargs="*", help="texts to embed, one row each; '-' reads one text per line from standard input")
     parser.add_argument("--file", type=Path, action="append", default=[], help="read one text per line from this file (repeatable)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    parser.add_argument("--url", default=None, help="host:port (default 127.0.0.1:8000 for HTTP, :8001 for gRPC)")
+    parser.add_argument("--url", default=None, help=f"host:port (default {DEFAULT_HTTP_URL} for HTTP, {DEFAULT_GRPC_URL} for gRPC)")
     parser.add_argument("--model", default="embed")
     parser.add_argument("--priority", type=non_negative_int, default=0, help="1 = highest; 0 = the model's default level")
     parser.add_argument("--timeout-us", type=int, default=None, help="server-side queue timeout for this request")

@@ -17,16 +17,15 @@ launcher does when the watch reports it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.model_config import load_config, to_override_json
+from tools.model_config import load_config
+from tools.triton_client import TritonClient, TritonError
 
 log = logging.getLogger(__name__)
 
@@ -75,25 +74,12 @@ def live_stub_models(server_pid: int) -> set[str]:
     return {stub.model for stub in stub_processes(server_pid) if stub.alive}
 
 
-def ready_models(http_url: str, headers: dict | None) -> set[str]:
-    """Models the server lists as READY (the repository index needs the admin key)."""
-    request = urllib.request.Request(f"http://{http_url}/v2/repository/index", data=b"{}", headers=headers or {}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return {item["name"] for item in json.loads(response.read()) if item.get("state") == "READY"}
-
-
-def reload_model(http_url: str, model: str, repository: Path, headers: dict | None) -> None:
+def reload_model(client: TritonClient, model: str, repository: Path) -> None:
     """Load the committed config with a fresh generation parameter, so Triton really
     reloads (a fresh stub) and swaps it in without a gap."""
-    import tritonclient.http as httpclient
-
     config = load_config(repository / model)
     config.parameters[GENERATION_PARAMETER].string_value = str(time.time_ns())
-    client = httpclient.InferenceServerClient(http_url, network_timeout=300.0, connection_timeout=300.0)
-    try:
-        client.load_model(model, headers=headers, config=to_override_json(config))
-    finally:
-        client.close()
+    client.load(model, config)
 
 
 @dataclass
@@ -105,9 +91,8 @@ class HealthWatch:
     that is being swapped during someone else's reload is not mistaken for a crash."""
 
     server_pid: int
-    http_url: str
+    client: TritonClient  # with the admin key: the repository index and loads need it
     repository: Path
-    headers: dict | None = None
     interval_s: float = 2.0
     recover: Callable[[str], None] | None = None
 
@@ -124,8 +109,8 @@ class HealthWatch:
         missing = self._expected - live
         if missing:
             try:
-                wanted = ready_models(self.http_url, self.headers)
-            except OSError as exc:
+                wanted = self.client.ready_models()  # listed READY (the repository index)
+            except TritonError as exc:
                 log.debug("repository index unavailable (%s); treating every missing stub as dead", exc)
                 wanted = missing
             self._expected -= missing - wanted  # unloaded on purpose: not ours to bring back
@@ -152,7 +137,7 @@ class HealthWatch:
         return recovered
 
     def _reload(self, model: str) -> None:
-        reload_model(self.http_url, model, self.repository, self.headers)
+        reload_model(self.client, model, self.repository)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

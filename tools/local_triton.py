@@ -19,18 +19,18 @@ import subprocess
 import sys
 import sysconfig
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.admin_key import HEADER as ADMIN_HEADER
 from tools.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
+from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
 from tools.interrupts import server_stopped, server_stopping, watch_server
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.process_group import stop_process_group
 from tools.repository_check import missing_artifacts
+from tools.triton_client import TritonClient, TritonError, metric_total
 from tools.triton_console import start_forwarding
 
 log = logging.getLogger(__name__)
@@ -110,10 +110,10 @@ class ServerOptions:
     but bind to loopback only: exposing the server is an explicit choice."""
 
     model_repository: Path = MODEL_REPOSITORY
-    host: str = "127.0.0.1"
-    http_port: int = 8000
-    grpc_port: int = 8001
-    metrics_port: int = 8002
+    host: str = LOOPBACK
+    http_port: int = HTTP_PORT
+    grpc_port: int = GRPC_PORT
+    metrics_port: int = METRICS_PORT
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()
     cache_size_bytes: int = 64 * 1024 * 1024
@@ -143,6 +143,12 @@ class ServerOptions:
     @property
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    @property
+    def client(self) -> TritonClient:
+        """Readiness, statistics, metrics; model control too when `admin_key` is set here
+        (a key generated at start is known only to LocalTriton.client)."""
+        return TritonClient(self.http_url, headers_for(self.admin_key), self.metrics_url)
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -285,19 +291,11 @@ class LocalTriton:
         return self
 
     def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        url = f"http://{self.options.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise TritonStartError(f"tritonserver exited with status {code} during start-up.\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
+        if self.client.wait_until_ready(timeout_s, process=self.process):
+            return
+        if self.process is None or self.process.poll() is not None:
+            code = None if self.process is None else self.process.returncode
+            raise TritonStartError(f"tritonserver exited with status {code} during start-up.\n{self.log_tail()}")
         raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s.\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
@@ -308,10 +306,7 @@ class LocalTriton:
 
     def pending_requests(self) -> int:
         """Requests queued in any model right now (Triton's pending-request gauge)."""
-        with urllib.request.urlopen(self.options.metrics_url, timeout=2) as response:
-            text = response.read().decode()
-        gauges = [line for line in text.splitlines() if line.startswith("nv_inference_pending_request_count{")]
-        return sum(int(float(line.rsplit(" ", 1)[1])) for line in gauges)
+        return int(metric_total(self.client.metrics(), "nv_inference_pending_request_count"))
 
     def drain(self, timeout_s: float, quiet_polls: int = 5, interval_s: float = 0.05) -> bool:
         """Wait until no model has queued requests (several polls in a row) before stopping.
@@ -325,7 +320,7 @@ class LocalTriton:
         while time.monotonic() < deadline and self.process is not None and self.process.poll() is None:
             try:
                 quiet = quiet + 1 if self.pending_requests() == 0 else 0
-            except (OSError, ValueError, IndexError):
+            except TritonError:
                 return False
             if quiet >= quiet_polls:
                 return True
@@ -357,6 +352,11 @@ class LocalTriton:
     def admin_headers(self) -> dict[str, str] | None:
         """Headers for model-control calls (load/unload/index) to this server."""
         return headers_for(self.admin_key)
+
+    @property
+    def client(self) -> TritonClient:
+        """Model control (with this server's admin key), readiness, statistics and metrics."""
+        return TritonClient(self.options.http_url, self.admin_headers, self.options.metrics_url)
 
     @property
     def pid(self) -> int | None:

@@ -18,39 +18,19 @@ when it matters) and `--interval N`, which starts after it, is the way to time t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from google.protobuf import json_format
-
+from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig
 from tools.stats import ModelStats
+from tools.triton_client import MetricSample, TritonClient, TritonError
 
 log = logging.getLogger("metrics")
-
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """Samples of the Prometheus text format (enough of it for Triton's endpoint)."""
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match:
-            labels = dict(_LABEL.findall(match["labels"] or ""))
-            samples.append((match["name"], labels, float(match["value"])))
-    return samples
 
 
 @dataclass
@@ -69,9 +49,10 @@ class ModelMetrics:
         return result
 
 
-def metrics_by_model(text: str) -> dict[str, ModelMetrics]:
+def metrics_by_model(samples: list[MetricSample]) -> dict[str, ModelMetrics]:
+    """Triton's per-model samples (nv_*), summed over versions; failures also by reason."""
     models: dict[str, ModelMetrics] = defaultdict(ModelMetrics)
-    for name, labels, value in parse_metrics(text):
+    for name, labels, value in samples:
         model = labels.get("model")
         if not model or not name.startswith("nv_"):
             continue
@@ -110,30 +91,28 @@ def warmup_of(config: ModelConfig) -> WarmUp:
     return WarmUp(sum(size * n for size, n in batches.items()), sum(batches.values()), batches)
 
 
-def fetch_warmup(http_url: str, model: str) -> WarmUp:
-    """The warm-up of the config the server runs now (not the committed file: a tuner may have reloaded it)."""
-    document = json.loads(fetch_text(f"http://{http_url}/v2/models/{model}/config"))
-    return warmup_of(json_format.ParseDict(document, ModelConfig(), ignore_unknown_fields=True))
+def fetch_warmup(client: TritonClient, model: str) -> WarmUp:
+    """The warm-up of the config the server runs now (not the committed file: a tuner may have reloaded it).
+    Read leniently: only the warm-up samples and instance groups matter here."""
+    return warmup_of(client.config(model, strict=False))
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class ServerReading:
+    """What the metrics endpoint and the statistics API say at one moment; two readings
+    subtract into a window."""
+
     at: float
     metrics: dict[str, ModelMetrics]
     stats: dict[str, ModelStats]
     warmups: dict[str, WarmUp] = field(default_factory=dict)
 
 
-def fetch_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
-
-
-def take_snapshot(http_url: str, metrics_url: str) -> Snapshot:
-    metrics = metrics_by_model(fetch_text(metrics_url))
-    stats = {model: ModelStats.fetch(http_url, model) for model in sorted(metrics)}
-    warmups = {model: fetch_warmup(http_url, model) for model in sorted(metrics)}
-    return Snapshot(time.monotonic(), metrics, stats, warmups)
+def read_server(client: TritonClient) -> ServerReading:
+    metrics = metrics_by_model(client.metrics())
+    stats = {model: client.statistics(model) for model in sorted(metrics)}
+    warmups = {model: fetch_warmup(client, model) for model in sorted(metrics)}
+    return ServerReading(time.monotonic(), metrics, stats, warmups)
 
 
 def without_warmup(metrics: ModelMetrics, stats: ModelStats, warmup: WarmUp) -> tuple[ModelMetrics, ModelStats, int]:
@@ -147,8 +126,11 @@ def without_warmup(metrics: ModelMetrics, stats: ModelStats, warmup: WarmUp) -> 
     counts = ModelMetrics()
     counts.values.update(metrics.values)
     counts.failures.update(metrics.failures)
-    for name, removed in (("nv_inference_request_success", requests), ("nv_inference_count", requests),
-                          ("nv_inference_exec_count", executions)):  # fmt: skip
+    for name, removed in (
+        ("nv_inference_request_success", requests),
+        ("nv_inference_count", requests),
+        ("nv_inference_exec_count", executions),
+    ):
         counts.values[name] = max(0.0, counts.values.get(name, 0.0) - removed)
     histogram = {size: n - batches.get(size, 0) for size, n in stats.batch_executions.items()}
     traffic = replace(
@@ -165,7 +147,7 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def summary_rows(later: Snapshot, earlier: Snapshot | None = None) -> list[dict[str, object]]:
+def summary_rows(later: ServerReading, earlier: ServerReading | None = None) -> list[dict[str, object]]:
     """One row per model: the figures of the recording rules, over the window (or since load)."""
     rows = []
     seconds = later.at - earlier.at if earlier else None
@@ -227,31 +209,35 @@ def format_table(rows: list[dict[str, object]]) -> str:
 
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.metrics_summary", description=__doc__)
-    parser.add_argument("--url", default="127.0.0.1:8000", help="Triton HTTP host:port (statistics API)")
-    parser.add_argument("--metrics-url", default="http://127.0.0.1:8002/metrics", help="Triton's Prometheus endpoint")
+    parser.add_argument("--url", default=DEFAULT_HTTP_URL, help="Triton HTTP host:port (statistics API)")
+    parser.add_argument("--metrics-url", default=DEFAULT_METRICS_URL, help="Triton's Prometheus endpoint")
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between two snapshots; 0: cumulative since load")
     add_verbosity_flags(parser)
     args = parser.parse_args(argv)
     configure_logging(args)
     try:
-        first = take_snapshot(args.url, args.metrics_url)
+        client = TritonClient(args.url, metrics_url=args.metrics_url)
+        first = read_server(client)
         if args.interval > 0:
             log.info("measuring for %.0f s ...", args.interval)
             time.sleep(args.interval)
-            rows = summary_rows(take_snapshot(args.url, args.metrics_url), first)
+            rows = summary_rows(read_server(client), first)
             title = f"Triton over the last {args.interval:.0f} s"
         else:
             rows = summary_rows(first)
             title = "Triton since each model loaded (cumulative)"
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+    except TritonError as exc:
         log.error("cannot read Triton's metrics at %s / %s: %s (is the server running? `make serve`)", args.metrics_url, args.url, exc)
         return 1
     print(f"{title}; times are per request, ms")
     print(format_table(rows))
     warmed = [str(row["model"]) for row in rows if row["warm-up"]]
     if warmed:
-        log.info("the warm-up of %s (column warm-up: its requests) is left out of the counts; Triton keeps no warm-up times "
-                 "apart, so the times of a model with traffic include it (--interval N excludes it)", ", ".join(warmed))  # fmt: skip
+        log.info(
+            "the warm-up of %s (column warm-up: its requests) is left out of the counts; Triton keeps no warm-up times "
+            "apart, so the times of a model with traffic include it (--interval N excludes it)",
+            ", ".join(warmed),
+        )
     return 0
 
 

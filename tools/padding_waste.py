@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tools.backends.onnxruntime import padding_metrics as names
-from tools.metrics_summary import fetch_text, parse_metrics
+from tools.triton_client import MetricSample, fetch_metrics
 
 
 @dataclass(frozen=True)
@@ -23,23 +23,24 @@ class PaddingCounts:
     ragged_executions: float = 0.0
 
     @classmethod
-    def from_text(cls, text: str, model: str) -> PaddingCounts:
-        by_name = {
+    def from_samples(cls, samples: list[MetricSample], model: str) -> PaddingCounts:
+        exported = {
             names.REAL_TOKENS: "real_tokens",
             names.PADDING_TOKENS: "padding_tokens",
             names.ROWS: "rows",
             names.RUNS: "runs",
             names.RAGGED_EXECUTIONS: "ragged_executions",
         }
+        by_name = {name.removesuffix("_total"): field for name, field in exported.items()}  # counters by family name
         values = dict.fromkeys(by_name.values(), 0.0)
-        for name, labels, value in parse_metrics(text):
+        for name, labels, value in samples:
             if name in by_name and labels.get("model") == model:
                 values[by_name[name]] += value
         return cls(**values)
 
     @classmethod
     def fetch(cls, metrics_url: str, model: str = "encoder") -> PaddingCounts:
-        return cls.from_text(fetch_text(metrics_url), model)
+        return cls.from_samples(fetch_metrics(metrics_url), model)
 
     def __sub__(self, earlier: PaddingCounts) -> PaddingCounts:
         return PaddingCounts(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})

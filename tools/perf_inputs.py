@@ -23,6 +23,7 @@ import yaml
 from tritonclient.grpc import model_config_pb2
 
 from loadtest.corpus import load_corpus
+from tools.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_INPUTS
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, load_config
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY
@@ -53,16 +54,16 @@ def token_input_data(config: ModelConfig, texts: list[str], tokenizer_path: Path
     from tokenizers import Tokenizer
 
     names = {i.name for i in config.input if i.data_type == model_config_pb2.TYPE_INT64}
-    if names != {"INPUT_IDS", "ATTENTION_MASK"}:
-        raise ValueError(f"model {config.name!r} does not take INPUT_IDS and ATTENTION_MASK (it takes {sorted(names)})")
+    if names != set(TOKEN_INPUTS):
+        raise ValueError(f"model {config.name!r} does not take {' and '.join(TOKEN_INPUTS)} (it takes {sorted(names)})")
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     tokenizer.enable_truncation(sequence_length)
     tokenizer.enable_padding(length=sequence_length, pad_id=tokenizer.padding["pad_id"] if tokenizer.padding else 0)
     entries = []
     for encoding in tokenizer.encode_batch(texts):
         entries.append({
-            "INPUT_IDS": {"content": encoding.ids, "shape": [sequence_length]},
-            "ATTENTION_MASK": {"content": encoding.attention_mask, "shape": [sequence_length]},
+            INPUT_IDS: {"content": encoding.ids, "shape": [sequence_length]},
+            ATTENTION_MASK: {"content": encoding.attention_mask, "shape": [sequence_length]},
         })  # fmt: skip
     return {"data": entries}
 

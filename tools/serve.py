@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.admin_key import HEADER as ADMIN_HEADER
-from tools.admin_key import AdminKeyError, add_admin_key_arguments, key_from_args
+from tools.admin_key import AdminKeyError, add_admin_key_arguments, resolve_admin_key
 from tools.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
 from tools.health_watch import HealthWatch, reload_model
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
@@ -157,22 +157,23 @@ def options_from_args(args: argparse.Namespace, runtime: str = "local") -> Serve
         cache_size_bytes=args.cache_size_mb * 1024 * 1024,
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
-        admin_key=key_from_args(args) if explicit else None,
+        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key) if explicit else None,
     )
 
 
 def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event) -> HealthWatch:
     """Explicit mode: reload the model whose stub died. Otherwise: ask for a restart."""
     options = server.options
+    client = server.client
 
     def recover(model: str) -> None:
         if options.model_control_enabled:
-            reload_model(options.http_url, model, options.model_repository, server.admin_headers)
+            reload_model(client, model, options.model_repository)
         else:
             log.error("no model control: restarting Triton to bring %s back", model)
             restart.set()
 
-    return HealthWatch(server.pid, options.http_url, options.model_repository, server.admin_headers, interval_s, recover).start()
+    return HealthWatch(server.pid, client, options.model_repository, interval_s, recover).start()
 
 
 def serve_local(

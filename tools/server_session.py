@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tools.admin_key import headers_for
+from tools.contract import grpc_url_beside
 from tools.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
 from tools.paths import BUILD_DIR
+from tools.triton_client import TritonClient
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +31,10 @@ class Endpoints:
     def url_for(self, protocol: str) -> str:
         return self.http_url if protocol == "http" else self.grpc_url
 
-
-def server_is_ready(http_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=3) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    @property
+    def client(self) -> TritonClient:
+        """Model control, readiness, statistics and metrics of this server."""
+        return TritonClient(self.http_url, self.headers, self.metrics_url)
 
 
 @contextlib.contextmanager
@@ -46,10 +44,9 @@ def triton_endpoints(
     """Yield endpoints of a ready server: the one at `url` (whose model-control key, if
     any, is `admin_key`), or a local one started here (with a fresh key of its own)."""
     if url:
-        if not server_is_ready(url):
+        if not TritonClient(url).server_ready():
             raise TritonStartError(f"no ready Triton answers at http://{url}")
-        host = url.rsplit(":", 1)[0]
-        yield Endpoints(url, grpc_url or f"{host}:8001", headers_for(admin_key))
+        yield Endpoints(url, grpc_url or grpc_url_beside(url), headers_for(admin_key))
         return
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(

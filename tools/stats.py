@@ -6,16 +6,7 @@ after the load and subtracts, so earlier traffic (warm-up, other tests) never le
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.request
 from dataclasses import dataclass, field
-
-
-def fetch_statistics(http_url: str, model: str) -> dict:
-    """The `/v2/models/<model>/stats` document (all versions merged)."""
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as response:
-        return json.loads(response.read())
 
 
 @dataclass
@@ -55,21 +46,18 @@ class ModelStats:
 
     @classmethod
     def fetch(cls, http_url: str, model: str) -> ModelStats:
-        return cls.from_document(fetch_statistics(http_url, model))
+        """Shorthand for `TritonClient(http_url).statistics(model)`."""
+        from tools.triton_client import TritonClient  # the client returns this type
+
+        return TritonClient(http_url).statistics(model)
 
     @classmethod
     def settled(cls, http_url: str, model: str, quiet_s: float = 0.2, timeout_s: float = 10.0) -> ModelStats:
-        """Counters once they stop moving: Triton may record a request's statistics after its
-        response has reached the client, so a snapshot taken right after a response can miss it.
-        Returns the last snapshot if traffic never pauses for `quiet_s` within `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        latest = cls.fetch(http_url, model)
-        while time.monotonic() < deadline:
-            time.sleep(quiet_s)
-            previous, latest = latest, cls.fetch(http_url, model)
-            if latest == previous:
-                break
-        return latest
+        """Shorthand for `TritonClient(http_url).settled_statistics(model)`: counters once a
+        request recorded after its response has shown up."""
+        from tools.triton_client import TritonClient
+
+        return TritonClient(http_url).settled_statistics(model, quiet_s, timeout_s)
 
     def __sub__(self, earlier: ModelStats) -> ModelStats:
         sizes = set(self.batch_executions) | set(earlier.batch_executions)

@@ -21,30 +21,33 @@ import hashlib
 import json
 import logging
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.admin_key import add_admin_key_arguments, key_from_args
+from tools.admin_key import add_admin_key_arguments, resolve_admin_key
+from tools.cli_settings import settings_from
 from tools.command import run_reporting_errors
 from tools.interrupts import signals_interrupt
-from tools.load.requests import TOKEN_IDS, fetch_model_config, input_kind
+from tools.load.requests import TOKEN_IDS, RequestSettings, Target, input_kind, request_factory
 from tools.loadgen.cli_args import (
     add_load_arguments,
     check_load_arguments,
     measurement_from_args,
     number_list,
-    target_from_args,
+    request_settings_from_args,
     traffics_from_args,
 )
-from tools.loadgen.measure import run_load
+from tools.loadgen.measure import Measurement, run_load
 from tools.loadgen.report import format_ms
+from tools.loadgen.traffic import Traffic
 from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, format_config, has_priority_queues, load_config, save_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
-from tools.server_session import triton_endpoints
+from tools.server_session import Endpoints, triton_endpoints
+from tools.triton_client import TritonError
 from tools.tuning.curve import encoder_batch, knee, measure_curve
 from tools.tuning.objectives import OBJECTIVES
-from tools.tuning.reload import ReloadError, load_with_config, reloads_refused, restoring, served_config
 from tools.tuning.report import config_diff, plot_trials, write_trials
 from tools.tuning.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tuning.space import SearchSpace, apply_candidate, candidate_of
@@ -55,6 +58,61 @@ log = logging.getLogger("tune")
 PREFERRED_DEFAULT = "none,half"
 SERVER_CONFIG = "server-config.pbtxt"  # in the report folder: the config the server ran before the sweep
 CHECKPOINT = "checkpoint.json"
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """The command line as typed values; built once in `run()`, read by everything below."""
+
+    model: str  # the model whose config is tuned
+    load_model: str  # the model the traffic is sent to (the ensemble serving `model`, by default)
+    p99_ms: float
+    objective: str
+    requests: RequestSettings  # what each request carries; the served load model's config says texts or token ids
+    traffics: list[Traffic]
+    measurement: Measurement
+    protocol: str
+    seq_len: int  # tokens per row of the batch curve
+    url: str | None = None  # a running server, or None to start a local one
+    grpc_url: str | None = None
+    admin_key: str | None = None
+    space: Path | None = None  # YAML search space
+    max_batch_sizes: list[int] | None = None
+    delays_us: list[int] | None = None
+    preferred: str = PREFERRED_DEFAULT
+    instances: list[int] = field(default_factory=lambda: [1, 2])
+    priority_queues: str = "auto"
+    priority_mix: bool = False  # the traffic carries a priority mix
+    strategy: str = "hill-climb"
+    max_trials: int = 14
+    confirm: int = 3
+    resume: bool = False
+    report_dir: Path = REPO_ROOT / "reports" / "tune"
+    output: Path | None = None
+    apply: bool = False
+    plots: bool = True
+
+
+def settings_from_args(args: argparse.Namespace) -> TuneSettings:
+    """Typed settings from the parsed command line (ValueError names a bad option)."""
+    load_model = args.load_model or default_load_model(args.model)
+    # The batch curve is measured at the traffic's length: texts through the ensemble pad
+    # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
+    seq_len = args.seq_len or (32 if load_model != args.model else 128)
+    load_args = argparse.Namespace(**{**vars(args), "seq_len": seq_len})  # loadgen's parsers read the Namespace
+    return settings_from(
+        TuneSettings,
+        args,
+        load_model=load_model,
+        requests=request_settings_from_args(load_args),
+        traffics=traffics_from_args(load_args),
+        measurement=measurement_from_args(load_args, models=(args.model,)),
+        seq_len=seq_len,
+        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+        priority_mix=bool(args.priority_mix),
+        report_dir=args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}",
+        plots=not args.no_plots,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,50 +152,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def search_space(args: argparse.Namespace, http_url: str, base: ModelConfig) -> SearchSpace:
-    base_max_batch = base.max_batch_size
-    styles = tuple(s.strip() for s in args.preferred.split(",") if s.strip())
-    if args.space:
+def search_space(settings: TuneSettings, http_url: str, base: ModelConfig) -> SearchSpace:
+    styles = tuple(s.strip() for s in settings.preferred.split(",") if s.strip())
+    if settings.space:
         import yaml
 
-        values = yaml.safe_load(args.space.read_text()) or {}
+        values = yaml.safe_load(settings.space.read_text()) or {}
         values.setdefault("preferred_styles", styles)
         values["preferred_styles"] = tuple(values["preferred_styles"])
         return SearchSpace(**values)
-    sizes, delays = args.max_batch_sizes, args.delays_us
+    sizes, delays = settings.max_batch_sizes, settings.delays_us
     if sizes is None or delays is None:
-        derived_sizes, derived_delays, knee_size = derive_space(args, http_url, base_max_batch)
+        derived_sizes, derived_delays, knee_size = derive_space(settings, http_url, base)
         sizes, delays = sizes or derived_sizes, delays or derived_delays
-        if knee_size and args.preferred == PREFERRED_DEFAULT:
+        if knee_size and settings.preferred == PREFERRED_DEFAULT:
             styles = (*styles, str(knee_size), f"{knee_size}+{knee_size * 2}")
-    floor, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, args.model)
+    floor, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, settings.model)
     allowed = [size for size in sizes if size >= floor]
     if len(allowed) < len(sizes):
         log.info("max_batch_size below %d left out: ensemble(s) %s send up to that many rows per request to %s; "
-                 "smaller executed batches are explored through preferred sizes", floor, ", ".join(ensembles), args.model)  # fmt: skip
+                 "smaller executed batches are explored through preferred sizes", floor, ", ".join(ensembles), settings.model)  # fmt: skip
     if not allowed:
         allowed = [floor]
-    return SearchSpace(allowed, delays, styles, args.instances, priority_queue_options(args) if has_priority_queues(base) else [False])
+    return SearchSpace(
+        allowed, delays, styles, settings.instances, priority_queue_options(settings) if has_priority_queues(base) else [False]
+    )
 
 
-def priority_queue_options(args: argparse.Namespace) -> list[bool]:
+def priority_queue_options(settings: TuneSettings) -> list[bool]:
     """Which priority-queue settings candidates may take; see --priority-queues."""
-    if args.priority_queues == "keep":
+    if settings.priority_queues == "keep":
         return [True]
-    if args.priority_queues == "try-without":
+    if settings.priority_queues == "try-without":
         return [False, True]
-    needed = bool(args.priority_mix) or args.objective == "mixed"
+    needed = bool(settings.priority_mix) or settings.objective == "mixed"
     return [True] if needed else [False, True]
 
 
-def derive_space(args: argparse.Namespace, http_url: str, base_max_batch: int) -> tuple[list[int], list[int], int]:
+def derive_space(settings: TuneSettings, http_url: str, base: ModelConfig) -> tuple[list[int], list[int], int]:
     """Batch sizes around the knee of the measured curve; delays as fractions of one
     knee-sized execution (waiting longer than a batch takes rarely pays)."""
-    if input_kind(fetch_model_config(http_url, args.model)) != TOKEN_IDS:
+    base_max_batch = base.max_batch_size
+    if input_kind(base) != TOKEN_IDS:  # a text model: no token-id curve to measure
         return [4, 8, 16, 32], [0, 1000, 4000, 10000], 0
     sizes = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= base_max_batch]
-    log.info("measuring the batch curve of %s at %d tokens (batch sizes %s)", args.model, args.seq_len, sizes)
-    point = knee(measure_curve(http_url, args.model, encoder_batch(args.seq_len), sizes))
+    log.info("measuring the batch curve of %s at %d tokens (batch sizes %s)", settings.model, settings.seq_len, sizes)
+    point = knee(measure_curve(http_url, settings.model, encoder_batch(settings.seq_len), sizes))
     log.info("knee: batch %d (%.1f ms per execution)", point.batch_size, point.execution_ms)
     candidates = sorted({max(1, point.batch_size // 2), point.batch_size, point.batch_size * 2, base_max_batch})
     execution_us = point.execution_ms * 1000
@@ -177,23 +237,18 @@ def progress_line(index: int, trial: Trial, best: Trial | None) -> None:
     print(f"[trial {index:2d}] {trial.candidate.key:34} {state:40} ({trial.seconds:4.0f} s) | {running}", flush=True)
 
 
-def run_tuning(args: argparse.Namespace) -> int:
-    report_dir = args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}"
-    load_model = args.load_model or default_load_model(args.model)
-    # The batch curve is measured at the traffic's length: texts through the ensemble pad
-    # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
-    args.seq_len = args.seq_len or (32 if load_model != args.model else 128)
-    traffics = traffics_from_args(args)
-    measurement = measurement_from_args(args, models=(args.model,))
-    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
-        target = target_from_args(args, fetch_model_config(endpoints.http_url, load_model))  # texts or token ids: the server says
+def run_tuning(settings: TuneSettings) -> int:
+    report_dir = settings.report_dir
+    with triton_endpoints(settings.url, settings.grpc_url, explicit_control=True, admin_key=settings.admin_key) as endpoints:
         # Candidates derive from what the server runs (a GPU/TensorRT server runs its own
         # config, not the committed CPU one), and exactly that is loaded back at the end.
-        base = served_config(endpoints.http_url, args.model, endpoints.headers)
+        control = endpoints.client
+        base = control.config(settings.model)
+        target = request_factory(control.config(settings.load_model), settings.requests)  # texts or token ids: the server says
         try:  # reloading its own config leaves the server as it was, and is refused up front without model control
-            load_with_config(endpoints.http_url, args.model, base, endpoints.headers)
-        except ReloadError as exc:
-            if not reloads_refused(exc):
+            control.load(settings.model, base)
+        except TritonError as exc:
+            if not exc.reloads_refused:
                 raise
             log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
                       endpoints.http_url)  # fmt: skip
@@ -201,44 +256,47 @@ def run_tuning(args: argparse.Namespace) -> int:
         report_dir.mkdir(parents=True, exist_ok=True)
         saved = report_dir / SERVER_CONFIG
         save_config(base, saved)
-        log.info("base: the config %s runs on %s (saved to %s)", args.model, endpoints.http_url, saved)
-        hint = f"load {saved} by hand (POST /v2/repository/models/{args.model}/load with it as the config override)"
-        with signals_interrupt(), restoring(endpoints.http_url, args.model, base, endpoints.headers, hint):
+        log.info("base: the config %s runs on %s (saved to %s)", settings.model, endpoints.http_url, saved)
+        hint = f"load {saved} by hand (POST /v2/repository/models/{settings.model}/load with it as the config override)"
+        with signals_interrupt(), control.restoring(settings.model, base, hint):
             try:
-                trials = sweep(args, endpoints, base, target, traffics, measurement, report_dir)
+                trials = sweep(settings, endpoints, base, target)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into tools.interrupts.Interrupted
                 log.warning("interrupted: trials so far are kept in %s; rerun with --resume to continue", report_dir / CHECKPOINT)
                 return getattr(exc, "code", 130)
-    return write_outputs(args, base, trials, report_dir)
+    return write_outputs(settings, base, trials)
 
 
-def sweep(args: argparse.Namespace, endpoints, base: ModelConfig, target, traffics: list, measurement, report_dir: Path) -> list[Trial]:
+def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, target: Target) -> list[Trial]:
     """The starting config first, then what the strategy proposes, then the confirmations."""
-    space = search_space(args, endpoints.http_url, base)
+    space = search_space(settings, endpoints.http_url, base)
     log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
              space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances,
              " or ".join("with" if q else "without" for q in space.priority_queues))  # fmt: skip
-    settings = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "traffic": [t.label() for t in traffics],
-                "target": target.describe, "protocol": args.protocol, "space": space.to_dict(), "base": config_digest(base)}  # fmt: skip
-    checkpoint = Checkpoint(report_dir / CHECKPOINT, settings)
-    if args.resume:
+    identity = {"model": settings.model, "p99_ms": settings.p99_ms, "objective": settings.objective,
+                "traffic": [t.label() for t in settings.traffics], "target": target.describe, "protocol": settings.protocol,
+                "space": space.to_dict(), "base": config_digest(base)}  # fmt: skip
+    checkpoint = Checkpoint(settings.report_dir / CHECKPOINT, identity)
+    if settings.resume:
         log.info("resuming: %d trials from %s", checkpoint.load(), checkpoint.path)
 
     def measure() -> list:
-        url = endpoints.url_for(args.protocol)
-        return [run_load(target, traffic, measurement, url, args.protocol, endpoints.http_url) for traffic in traffics]
+        url = endpoints.url_for(settings.protocol)
+        return [
+            run_load(target, traffic, settings.measurement, url, settings.protocol, endpoints.http_url) for traffic in settings.traffics
+        ]
 
-    tuner = Tuner(base, measure, lambda config: load_with_config(endpoints.http_url, args.model, config, endpoints.headers),
-                  args.p99_ms, args.objective, checkpoint)  # fmt: skip
+    tuner = Tuner(base, measure, lambda config: endpoints.client.load(settings.model, config),
+                  settings.p99_ms, settings.objective, checkpoint)  # fmt: skip
     baseline = candidate_of(base)
-    strategy = make_strategy(args.strategy, space, baseline, args.max_trials)
-    log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, args.objective, args.p99_ms,
-             ", ".join(t.label() for t in traffics))  # fmt: skip
+    strategy = make_strategy(settings.strategy, space, baseline, settings.max_trials)
+    log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, settings.objective, settings.p99_ms,
+             ", ".join(t.label() for t in settings.traffics))  # fmt: skip
     started = tuner.evaluate(baseline)
     progress_line(0, started, best_trial([started]))
     strategy.record(baseline, started.score)
     trials = tuner.run(strategy, progress_line, [started])
-    return confirm_finalists(tuner, trials, args.confirm)
+    return confirm_finalists(tuner, trials, settings.confirm)
 
 
 def config_digest(config: ModelConfig) -> str:
@@ -246,12 +304,13 @@ def config_digest(config: ModelConfig) -> str:
     return hashlib.sha256(format_config(config).encode()).hexdigest()[:16]
 
 
-def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Trial], report_dir: Path) -> int:
+def write_outputs(settings: TuneSettings, base: ModelConfig, trials: list[Trial]) -> int:
     unique = list({t.candidate: t for t in trials}.values())
     winner = best_trial(unique)
-    write_trials(unique, report_dir, args.model)
-    plots = [] if args.no_plots else plot_trials(unique, winner, report_dir, args.model, args.p99_ms)
-    summary = {"model": args.model, "p99_ms": args.p99_ms, "objective": args.objective, "trials": len(unique),
+    write_trials(unique, settings.report_dir, settings.model)
+    report_dir = settings.report_dir
+    plots = plot_trials(unique, winner, report_dir, settings.model, settings.p99_ms) if settings.plots else []
+    summary = {"model": settings.model, "p99_ms": settings.p99_ms, "objective": settings.objective, "trials": len(unique),
                "failed_to_load": sum(1 for t in unique if t.error), "winner": winner.to_dict() if winner else None,
                "baseline": unique[0].to_dict() if unique else None, "baseline_config": SERVER_CONFIG}  # fmt: skip
     with_queues = best_trial([t for t in unique if t.candidate.priority_queues])
@@ -260,10 +319,10 @@ def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Tria
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     log.info("report: %s (%s)", report_dir, ", ".join(p.name for p in [report_dir / "trials.csv", *plots]))
     if winner is None:
-        log.error("no candidate met p99 <= %g ms at any traffic level; relax the SLO or lower the load", args.p99_ms)
+        log.error("no candidate met p99 <= %g ms at any traffic level; relax the SLO or lower the load", settings.p99_ms)
         return 1
     config = apply_candidate(base, winner.candidate)  # the server's config with the winner's batching
-    output = args.output or report_dir / "config.pbtxt"
+    output = settings.output or report_dir / "config.pbtxt"
     output.parent.mkdir(parents=True, exist_ok=True)
     save_config(config, output)
     started = unique[0]
@@ -273,14 +332,14 @@ def write_outputs(args: argparse.Namespace, base: ModelConfig, trials: list[Tria
     if not winner.candidate.priority_queues:
         log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
                     "unbounded. Need them? Rerun with --priority-queues keep%s", queues_hint(with_queues))  # fmt: skip
-    if args.apply:
+    if settings.apply:
         # Only the batching fields go into the committed file: the server may run another
         # form of the model (a GPU variant) whose other fields do not belong there.
-        committed = load_config(MODEL_REPOSITORY / args.model)
+        committed = load_config(MODEL_REPOSITORY / settings.model)
         applied = apply_candidate(committed, winner.candidate)
-        save_config(applied, MODEL_REPOSITORY / args.model)
-        diff = config_diff(committed, applied, f"{args.model}/config.pbtxt")
-        print(f"applied the winner's batching to {MODEL_REPOSITORY / args.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
+        save_config(applied, MODEL_REPOSITORY / settings.model)
+        diff = config_diff(committed, applied, f"{settings.model}/config.pbtxt")
+        print(f"applied the winner's batching to {MODEL_REPOSITORY / settings.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
     return 0
 
 
@@ -314,7 +373,7 @@ def run(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     configure_logging(args)
-    return run_reporting_errors(lambda: run_tuning(args), log)
+    return run_reporting_errors(lambda: run_tuning(settings_from_args(args)), log)
 
 
 def main() -> None:

@@ -10,14 +10,14 @@ import pytest
 
 from tests.conftest import start_triton
 from tools import adapt
-from tools.adaptive.live import server_config, with_delay
+from tools.adaptive.live import with_delay
 from tools.adaptive.replay import Phase, phase_trace, replay
 from tools.admin_key import headers_for
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
 from tools.local_triton import ServerOptions
+from tools.triton_client import TritonClient
 from tools.tuning.curve import encoder_batch, measure_curve
-from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +35,8 @@ def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 
 
 def _set_delay(options: ServerOptions, delay_us: int) -> None:
-    base = server_config(options.grpc_url, "encoder")
-    load_with_config(options.http_url, "encoder", with_delay(base, delay_us), headers_for(KEY))
+    client = TritonClient(options.http_url, headers_for(KEY))
+    client.load("encoder", with_delay(client.config("encoder"), delay_us))
 
 
 def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> list[str]:
@@ -48,7 +48,7 @@ def light_rate(options: ServerOptions) -> float:
     """A quarter of the encoder's batch-1 capacity, measured on this server now (as
     `tools.adaptive.evaluate` derives its low phase): light on any machine."""
     (point,) = measure_curve(options.http_url, "encoder", encoder_batch(32), [1], repeats=4)
-    instances = sum(group.count or 1 for group in server_config(options.grpc_url, "encoder").instance_group)
+    instances = sum(group.count or 1 for group in TritonClient(options.http_url).config("encoder").instance_group)
     return 0.25 * point.rows_per_s * instances
 
 
@@ -74,7 +74,7 @@ def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_r
     assert first["direction"] == "down" and first["before_us"] == START_DELAY_US and first["after_us"] < START_DELAY_US
     assert "latency" in first["reason"] and first["figures"]["busy"] <= 0.5  # justified: the instance was mostly idle
     assert document["reloads"] and all(r["ok"] for r in document["reloads"])
-    served = server_config(explicit_triton.grpc_url, "encoder")
+    served = TritonClient(explicit_triton.http_url).config("encoder")
     assert served.dynamic_batching.max_queue_delay_microseconds == document["final_delay_us"] < START_DELAY_US
     assert served.dynamic_batching.priority_levels == 2, "only the delay changes"
     records = outcome["records"].records
@@ -90,7 +90,7 @@ def test_a_dry_run_decides_but_reloads_nothing(explicit_triton, tmp_path) -> Non
     document = json.loads(decisions.read_text())
     assert document["dry_run"] and not document["reloads"]
     assert any(d["changed"] for d in document["decisions"]), "an idle server: it would cut the delay"
-    assert server_config(explicit_triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds == START_DELAY_US
+    assert TritonClient(explicit_triton.http_url).config("encoder").dynamic_batching.max_queue_delay_microseconds == START_DELAY_US
     assert document["final_delay_us"] == START_DELAY_US != document["law_final_delay_us"]
 
 
@@ -114,5 +114,5 @@ def test_a_dry_run_watches_a_server_without_model_control(triton, caplog, capsys
             "--window", "2", "--batching-gain", "1.2", "--dry-run"]  # fmt: skip
     assert adapt.run(args) == 0
     assert "dry run: the server at" in caplog.text
-    delay = server_config(triton.grpc_url, "encoder").dynamic_batching.max_queue_delay_microseconds
+    delay = TritonClient(triton.http_url).config("encoder").dynamic_batching.max_queue_delay_microseconds
     assert f"delay unchanged at {delay} us" in capsys.readouterr().out

@@ -22,7 +22,7 @@ from tools.load.requests import token_tensors
 from tools.padding_waste import PaddingCounts
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.stats import ModelStats
-from tools.tuning.reload import load_with_config
+from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +65,9 @@ class PolicyServer:
             encoder.instance_group[0].count = 1
             del encoder.dynamic_batching.preferred_batch_size[:]
             encoder.dynamic_batching.max_queue_delay_microseconds = join_delay_us
-        load_with_config(self.options.http_url, "encoder", encoder, self.headers)
-        load_with_config(self.options.http_url, "tokenizer", tokenizer, self.headers)
+        control = TritonClient(self.options.http_url, self.headers)
+        control.load("encoder", encoder)
+        control.load("tokenizer", tokenizer)
         self.policy = (policy, join_delay_us)
 
     def counts(self) -> PaddingCounts:

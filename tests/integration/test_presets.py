@@ -18,7 +18,7 @@ from tools.local_triton import ServerOptions, free_ports
 from tools.model_config import ModelConfig, has_priority_queues
 from tools.paths import REPO_ROOT
 from tools.presets import PRESETS, preset_configs, write_preset
-from tools.tuning.reload import served_config
+from tools.triton_client import TritonClient
 from tools.tuning.space import instance_count
 from tools.variant import INTRA_OP_THREADS
 
@@ -58,7 +58,7 @@ def batching_fields(config: ModelConfig) -> dict:
 @pytest.mark.parametrize("model", ["encoder", "tokenizer"])
 def test_the_server_runs_the_preset_batching_fields(preset_server, model: str) -> None:
     name, options = preset_server
-    loaded = served_config(options.http_url, model)  # GET /v2/models/<model>/config
+    loaded = TritonClient(options.http_url).config(model)  # GET /v2/models/<model>/config
     assert batching_fields(loaded) == batching_fields(preset_configs(PRESETS[name])[model])
 
 
@@ -82,7 +82,7 @@ def test_serve_preset_serves_the_variant_and_stops_on_sigterm() -> None:
     log = LineCollector(process.stderr)
     try:
         log.wait_for("Triton is ready", process)
-        encoder = served_config(f"127.0.0.1:{http}", "encoder")
+        encoder = TritonClient(f"127.0.0.1:{http}").config("encoder")
         assert batching_fields(encoder) == batching_fields(preset_configs(PRESETS["bulk"])["encoder"])
         assert not has_priority_queues(encoder)
         process.send_signal(signal.SIGTERM)

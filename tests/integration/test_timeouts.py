@@ -24,10 +24,10 @@ from tritonclient.utils import InferenceServerException
 from tools.embed import EmbeddingClient, client_module
 from tools.load.requests import token_tensors
 from tools.local_triton import ServerOptions
-from tools.metrics_summary import fetch_text, metrics_by_model
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.stats import ModelStats
+from tools.triton_client import fetch_metrics, metric_total
 from tools.tuning.curve import encoder_batch, measure_curve
 
 pytestmark = pytest.mark.integration
@@ -77,8 +77,7 @@ def execution_seconds(triton: ServerOptions, tokens: int) -> float:
 
 def queued(triton: ServerOptions, model: str) -> int:
     """Requests waiting in the model's queues now (Triton's pending-request gauge)."""
-    metrics = metrics_by_model(fetch_text(triton.metrics_url)).get(model)
-    return int(metrics.values.get("nv_inference_pending_request_count", 0)) if metrics else 0
+    return int(metric_total(fetch_metrics(triton.metrics_url), "nv_inference_pending_request_count", model=model))
 
 
 def wait_until_queued(triton: ServerOptions, model: str, at_least: int, timeout_s: float = 60.0) -> int:

@@ -23,7 +23,7 @@ from tools.local_triton import LocalTriton
 from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.policy_repository import copy_repository
-from tools.tuning.reload import served_config
+from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_the_sweep_starts_from_the_servers_config_and_leaves_the_server_running_
     assert result.returncode == 0, result.stderr[-3000:]
 
     assert server_config_document(variant_triton) == before, "the server runs exactly its earlier config again"
-    served = served_config(variant_triton.options.http_url, "encoder")
+    served = TritonClient(variant_triton.options.http_url).config("encoder")
     assert load_config(tmp_path / "server-config.pbtxt") == served, "the base was read from the server"
     trials = json.loads((tmp_path / "trials.json").read_text())
     assert not any(trial["error"] for trial in trials), "every candidate loaded into the server"

@@ -10,9 +10,10 @@ import pytest
 
 from tools.embed import EmbeddingClient
 from tools.local_triton import ServerOptions, free_ports
-from tools.metrics_summary import metrics_by_model, parse_metrics, summary_rows, take_snapshot
+from tools.metrics_summary import metrics_by_model, read_server, summary_rows
 from tools.paths import REPO_ROOT
 from tools.stats import ModelStats
+from tools.triton_client import parse_metrics
 
 
 def test_parser_reads_labels_and_failure_reasons() -> None:
@@ -22,7 +23,7 @@ def test_parser_reads_labels_and_failure_reasons() -> None:
         'nv_inference_count{model="m",version="1"} 7\n'
     )
     assert parse_metrics(text)[1] == ("nv_inference_count", {"model": "m", "version": "1"}, 7.0)
-    models = metrics_by_model(text)
+    models = metrics_by_model(parse_metrics(text))
     assert models["m"].failures == {"REJECTED": 3.0}
 
 
@@ -44,7 +45,7 @@ def settled_snapshot(triton: ServerOptions):
     previous test's last request in this window)."""
     for model in ("embed", "tokenizer", "encoder"):
         ModelStats.settled(triton.http_url, model)
-    return take_snapshot(triton.http_url, triton.metrics_url)
+    return read_server(triton.client)
 
 
 @pytest.mark.integration

@@ -22,6 +22,7 @@ from tests.conftest import start_triton
 from tests.ops.conftest import DOCKER_DIR, K8S_DIR, MONITORING_DIR, run, system_tool
 from tools.embed import EmbeddingClient
 from tools.local_triton import ServerOptions, free_ports
+from tools.process_group import wait_for_http_ok
 
 PROMETHEUS_DIR = MONITORING_DIR / "prometheus"
 DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-dynamic-batching.json"
@@ -126,17 +127,9 @@ def prometheus(monitored_triton: ServerOptions, tmp_path_factory: pytest.TempPat
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (work / "prometheus.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Prometheus was not ready in 30 s:\n" + (work / "prometheus.log").read_text()[-3000:]
-            time.sleep(0.2)
+        if not wait_for_http_ok(f"{base}/-/ready", 30, process):
+            state = "exited" if process.poll() is not None else "was not ready in 30 s"
+            pytest.fail(f"Prometheus {state}:\n" + (work / "prometheus.log").read_text()[-3000:])
         yield base
     finally:
         process.terminate()

@@ -22,7 +22,6 @@ from tools.local_triton import ServerOptions
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
 from tools.stats import ModelStats
-from tools.tuning.reload import load_with_config
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +147,7 @@ def joining_encoder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         del encoder.dynamic_batching.preferred_batch_size[:]
         encoder.dynamic_batching.preferred_batch_size.append(PROBES)
         encoder.dynamic_batching.max_queue_delay_microseconds = 10_000_000
-        load_with_config(server.options.http_url, "encoder", encoder, server.admin_headers)
+        server.client.load("encoder", encoder)
         yield server.options
     finally:
         server.stop()

@@ -18,7 +18,7 @@ from tools.local_triton import ServerOptions, TritonInstallation, TritonStartErr
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
-from tools.tuning.reload import ReloadError, load_with_config
+from tools.triton_client import TritonClient, TritonError
 
 
 def test_a_generated_key_file_is_readable_by_its_owner_only(tmp_path) -> None:
@@ -127,6 +127,6 @@ def test_the_key_file_and_headers_let_the_tuner_reload(explicit_triton) -> None:
     key = read_key_file(explicit_triton.admin_key_file)
     config = load_config(MODEL_REPOSITORY / "encoder")
     with triton_endpoints(options.http_url, options.grpc_url, explicit_control=True, admin_key=key) as endpoints:
-        load_with_config(endpoints.http_url, "encoder", config, endpoints.headers)
-    with pytest.raises(ReloadError, match="restricted"):
-        load_with_config(options.http_url, "encoder", config)
+        endpoints.client.load("encoder", config)
+    with pytest.raises(TritonError, match="restricted"):
+        TritonClient(options.http_url).load("encoder", config)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 from tritonclient.utils import InferenceServerException
@@ -24,9 +23,8 @@ from tools.local_triton import TritonStartError, free_ports
 from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.policy_repository import copy_repository
-from tools.process_group import wait_for_http_ok
 from tools.stats import ModelStats
-from tools.tuning.reload import load_with_config
+from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +55,12 @@ def kill_stubs(server_pid: int, model: str) -> list[int]:
 @pytest.mark.parametrize("model", ["tokenizer", "encoder"])
 def test_a_killed_stub_fails_requests_cleanly_until_the_health_watch_reloads_it(explicit_triton, model: str) -> None:
     options = explicit_triton.options
-    watch = HealthWatch(explicit_triton.pid, options.http_url, options.model_repository, explicit_triton.admin_headers, 0.5)
+    watch = HealthWatch(explicit_triton.pid, explicit_triton.client, options.model_repository, 0.5)
     assert embed_once(options.grpc_url, "before") == "ok"
     kill_stubs(explicit_triton.pid, model)
     failure = embed_once(options.grpc_url, "while dead")
     assert re.search(rf"Stub process '{model}_0_\d+' is not healthy", failure), f"Triton neither hangs nor restarts the stub: {failure}"
-    with urllib.request.urlopen(f"http://{options.http_url}/v2/models/{model}/ready") as response:
-        assert response.status == 200, "readiness does not notice: hence the watch"
+    assert explicit_triton.client.model_ready(model), "readiness does not notice: hence the watch"
     while not watch.recoveries:  # a reload takes what loading takes here; the suite's timeout bounds a hang
         watch.check_once()
         time.sleep(0.5)
@@ -90,7 +87,7 @@ def test_reloads_under_load_let_every_request_complete_or_fail_cleanly(explicit_
             for delay in (4000, 1000, 5000):
                 before = len(answers)
                 config.dynamic_batching.max_queue_delay_microseconds = delay
-                load_with_config(options.http_url, "encoder", config, explicit_triton.admin_headers)
+                explicit_triton.client.load("encoder", config)
                 answered_during.append(answers[before:])
         finally:
             done.set()
@@ -110,7 +107,7 @@ def test_serve_drains_in_flight_requests_on_sigterm() -> None:
     )  # fmt: skip
     try:
         http_url = f"127.0.0.1:{http}"
-        ready = wait_for_http_ok(f"http://{http_url}/v2/models/embed/ready", 180, process)
+        ready = TritonClient(http_url).wait_until_ready(180, model="embed", process=process)
         assert ready, f"tools.serve never served embed on {http_url}: {'' if process.poll() is None else process.stderr.read()[-3000:]}"
         assert embed_once(f"127.0.0.1:{grpc}", "up?") == "ok"
         before = {model: ModelStats.settled(http_url, model) for model in ("tokenizer", "encoder")}

@@ -18,9 +18,9 @@ from tritonclient.utils import InferenceServerException
 
 from tools.embed import client_module
 from tools.local_triton import LocalTriton
-from tools.metrics_summary import fetch_text, parse_metrics
 from tools.overload import OVERLOAD_FACTOR, overload_rate, run_overload
 from tools.stats import ModelStats
+from tools.triton_client import metric_total
 
 pytestmark = pytest.mark.integration
 
@@ -71,9 +71,7 @@ def call(url: str, priority: int = 0, timeout_us: int | None = None, rows: int =
 
 def encoder_waiting(server: LocalTriton) -> int:
     """Requests waiting in the encoder's queues right now (Triton's pending-request gauge)."""
-    samples = parse_metrics(fetch_text(server.options.metrics_url))
-    gauge = "nv_inference_pending_request_count"
-    return sum(int(value) for name, labels, value in samples if name == gauge and labels.get("model") == "encoder")
+    return int(metric_total(server.client.metrics(), "nv_inference_pending_request_count", model="encoder"))
 
 
 def poll(condition, attempts: int = 100, interval_s: float = 0.02) -> bool:

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from tools.adaptive.control import DOWN, HOLD, UP, Controller, ControlSettings, Observation, next_delay, want
-from tools.adaptive.observe import Snapshot, busy_ns, observation
+from tools.adaptive.observe import WindowCounters, busy_ns, observation
 from tools.stats import ModelStats
 
 SETTINGS = ControlSettings(p99_ms=100, min_interval_s=6.0, confirm_windows=2, step_up_us=2000, max_delay_us=10_000)
@@ -122,10 +122,10 @@ def test_settings_reject_an_empty_hysteresis_band() -> None:
         ControlSettings(p99_ms=100, busy_low=0.8, busy_high=0.8)
 
 
-def _snapshot(at: float, requests: int, busy: int, executions: int = 10) -> Snapshot:
+def _snapshot(at: float, requests: int, busy: int, executions: int = 10) -> WindowCounters:
     stats = ModelStats(requests=requests, inferences=requests, executions=executions, queue_ns=requests * 1_000_000,
                        compute_ns=requests * 10_000_000)  # fmt: skip
-    return Snapshot(at, stats, busy)
+    return WindowCounters(at, stats, busy)
 
 
 def test_observation_from_statistics_deltas() -> None:

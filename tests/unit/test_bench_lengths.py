@@ -8,21 +8,27 @@ from tools.bench.lengths import parse_args
 from tools.bench.lengths_report import comparison_lines, packing_efficiency, render_markdown
 from tools.length_policy import run as length_policy_run
 from tools.padding_waste import PaddingCounts
+from tools.triton_client import parse_metrics
 
 METRICS = """# HELP ort_tokens_real_total Real tokens
 # TYPE ort_tokens_real_total counter
 ort_tokens_real_total{model="encoder",version="1"} 1200
 ort_tokens_real_total{model="other",version="1"} 99
+# TYPE ort_tokens_padding_total counter
 ort_tokens_padding_total{model="encoder",version="1"} 300
+# TYPE ort_rows_total counter
 ort_rows_total{model="encoder",version="1"} 40
+# TYPE ort_session_runs_total counter
 ort_session_runs_total{model="encoder",version="1"} 10
+# TYPE ort_ragged_executions_total counter
 ort_ragged_executions_total{model="encoder",version="1"} 3
+# TYPE nv_inference_count counter
 nv_inference_count{model="encoder",version="1"} 40
 """
 
 
 def test_padding_counts_are_read_per_model_and_subtracted() -> None:
-    counts = PaddingCounts.from_text(METRICS, "encoder")
+    counts = PaddingCounts.from_samples(parse_metrics(METRICS), "encoder")
     assert counts == PaddingCounts(1200, 300, 40, 10, 3)
     delta = counts - PaddingCounts(200, 50, 10, 5, 1)
     assert delta.waste == pytest.approx(250 / 1000)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools import stats as stats_module
 from tools.stats import ModelStats
+from tools.triton_client import TritonClient
 
 
 def document(success: int, batches: dict[int, int]) -> dict:
@@ -34,12 +34,12 @@ def test_delta_subtracts_counters_and_drops_unchanged_batch_sizes() -> None:
 def test_settled_waits_until_a_late_recorded_request_shows_up(monkeypatch) -> None:
     """Triton can record a request's statistics after its response: the first read lags."""
     reads = iter([document(5, {1: 5}), document(6, {1: 6}), document(6, {1: 6})])
-    monkeypatch.setattr(stats_module, "fetch_statistics", lambda url, model: next(reads))
-    assert ModelStats.settled("host:1", "encoder", quiet_s=0.0).requests == 6
+    monkeypatch.setattr(TritonClient, "statistics_document", lambda self, model: next(reads))
+    assert TritonClient("host:1").settled_statistics("encoder", quiet_s=0.0).requests == 6
 
 
 def test_settled_gives_up_after_its_timeout_on_steady_traffic(monkeypatch) -> None:
     counter = iter(range(1, 10_000))
-    monkeypatch.setattr(stats_module, "fetch_statistics", lambda url, model: document(next(counter), {}))
-    latest = ModelStats.settled("host:1", "encoder", quiet_s=0.01, timeout_s=0.05)
+    monkeypatch.setattr(TritonClient, "statistics_document", lambda self, model: document(next(counter), {}))
+    latest = TritonClient("host:1").settled_statistics("encoder", quiet_s=0.01, timeout_s=0.05)
     assert latest.requests > 1

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from tools.adaptive.control import Controller, Decision
-from tools.adaptive.observe import observation, snapshot
+from tools.adaptive.observe import observation, take_window_counters
 from tools.model_config import ModelConfig, batching_problems
-from tools.tuning.reload import ReloadError, load_with_config
+from tools.triton_client import TritonClient, TritonError
 
 log = logging.getLogger("adapt")
 
 MAX_STATS_FAILURES = 3
-PROBE_MODEL = "__model_control_probe__"  # never a real model: unloading it changes nothing
 
 
 @dataclass(frozen=True)
@@ -50,57 +49,21 @@ def with_delay(base: ModelConfig, delay_us: int) -> ModelConfig:
     return config
 
 
-def server_config(grpc_url: str, model: str) -> ModelConfig:
-    """The config the server runs now (the base every change is applied to)."""
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(grpc_url)
-    try:
-        return client.get_model_config(model).config
-    finally:
-        client.close()
-
-
-def model_control_problem(http_url: str, headers: dict | None = None) -> str | None:
-    """Why this server would refuse the reloads (None when it accepts them), asked before
-    anything runs and without touching a model: Triton 2.51 answers the unload of a model it
-    does not know with 200 in explicit mode, 503 "explicit model load / unload is not allowed
-    if polling is enabled" in the `none` and `poll` modes alike, 403 without the admin key."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import InferenceServerException
-
-    client = httpclient.InferenceServerClient(http_url)
-    try:
-        client.unload_model(PROBE_MODEL, headers=headers)
-    except InferenceServerException as exc:
-        message = exc.message() or str(exc)
-        if "not allowed" in message:
-            return (f"the server at {http_url} is not in explicit model-control mode, so it cannot apply a new delay; "
-                    "start it with --model-control-mode explicit")  # fmt: skip
-        if "restricted" in message:
-            return f"the model-control API of {http_url} is restricted: pass its key with --admin-key-file ({message})"
-        return f"the model-control API of {http_url} refused a harmless request: {message}"
-    finally:
-        client.close()
-    return None
-
-
 class LiveController:
     def __init__(
         self,
-        http_url: str,
+        client: TritonClient,
         model: str,
         base: ModelConfig,
         controller: Controller,
-        headers: dict | None = None,
         window_s: float = 2.0,
         dry_run: bool = False,
         reload: Callable[[ModelConfig], None] | None = None,
     ) -> None:
-        self.http_url, self.model, self.base, self.controller = http_url, model, base, controller
+        self.client, self.model, self.base, self.controller = client, model, base, controller
         self.window_s, self.dry_run = window_s, dry_run
         self.instances = sum(group.count or 1 for group in base.instance_group) or 1
-        self.reload = reload or (lambda config: load_with_config(http_url, model, config, headers))
+        self.reload = reload or (lambda config: client.load(model, config))
         self.decisions: list[Decision] = []
         self.reloads: list[ReloadRecord] = []
         self.lock = threading.Lock()
@@ -114,14 +77,14 @@ class LiveController:
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         """Watch windows until `stop` is set or `duration_s` has passed; waits for a reload in flight."""
         failures = 0
-        previous, epoch = snapshot(self.http_url, self.model, self.now()), self.epoch
+        previous, epoch = take_window_counters(self.client, self.model, self.now()), self.epoch
         while not stop.wait(max(0.0, previous.at_s + self.window_s - self.now())):
             if duration_s is not None and self.now() >= duration_s:
                 break
             try:
-                current = snapshot(self.http_url, self.model, self.now())
+                current = take_window_counters(self.client, self.model, self.now())
                 failures = 0
-            except OSError as exc:
+            except TritonError as exc:
                 failures += 1
                 log.warning("statistics unavailable (%s)", exc)
                 if failures >= MAX_STATS_FAILURES:
@@ -162,7 +125,7 @@ class LiveController:
         error = ""
         try:
             self.reload(with_delay(self.base, decision.after_us))
-        except (ReloadError, ValueError, OSError) as exc:
+        except (TritonError, ValueError) as exc:
             error = str(exc)
         seconds = self.now() - started
         with self.lock:

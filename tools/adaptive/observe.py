@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools.adaptive.control import Observation
-from tools.stats import ModelStats, fetch_statistics
+from tools.stats import ModelStats
+from tools.triton_client import TritonClient
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class WindowCounters:
+    """One model's cumulative counters at `at_s`; two of them bound an observation window."""
+
     at_s: float
     stats: ModelStats
     busy_ns: int
@@ -30,12 +33,12 @@ def busy_ns(document: dict) -> int:
     return total
 
 
-def snapshot(http_url: str, model: str, at_s: float) -> Snapshot:
-    document = fetch_statistics(http_url, model)
-    return Snapshot(at_s, ModelStats.from_document(document), busy_ns(document))
+def take_window_counters(client: TritonClient, model: str, at_s: float) -> WindowCounters:
+    document = client.statistics_document(model)
+    return WindowCounters(at_s, ModelStats.from_document(document), busy_ns(document))
 
 
-def observation(earlier: Snapshot, later: Snapshot, instances: int = 1) -> Observation | None:
+def observation(earlier: WindowCounters, later: WindowCounters, instances: int = 1) -> Observation | None:
     """The window between two snapshots, or None when the counters were reset in between.
     An idle window is a window too (its averages are None): idleness is a reason to cut the delay."""
     delta = later.stats - earlier.stats

@@ -37,7 +37,7 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.presets import PRESETS, PresetError, preset_configs
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import triton_endpoints
-from tools.tuning.reload import ReloadError, load_with_config
+from tools.triton_client import TritonError, load_with_config
 from tools.tuning.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
@@ -242,7 +242,7 @@ def run(argv: list[str] | None = None) -> int:
                 try:
                     load_with_config(endpoints.http_url, model, config, endpoints.headers)
                     return True
-                except ReloadError as exc:
+                except TritonError as exc:
                     log.error("%s: %s", model, exc)
                     return False
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.names import INPUT_NAMES
+from tools.contract import TOKEN_INPUTS as INPUT_NAMES
 from tools.load.engine import Prepared, drive
 from tools.load.mix import Request
 from tools.load.results import LatencySummary
@@ -62,7 +62,9 @@ def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds
 
 class NaiveBatcher:
     """One worker thread: take the first request, wait up to `timeout_s` for more (up to
-    `max_batch`), run them as one batch, resolve each request's future."""
+    `max_batch`), run them as one batch, resolve each request's future. A batch that fails
+    (the session raises, or returns another number of rows) fails each of its requests
+    with that error, as ray serve's batcher does; the worker lives on for the next one."""
 
     def __init__(self, session, max_batch: int, timeout_s: float) -> None:
         self.session, self.max_batch, self.timeout_s = session, max_batch, timeout_s
@@ -96,7 +98,9 @@ class NaiveBatcher:
             try:
                 joined = {name: np.concatenate([feeds[name] for feeds, _ in batch]) for name in batch[0][0]}
                 outputs = self.session.run(None, joined)[0]
-            except Exception as exc:  # fail every request of the batch, and keep serving the next ones
+                if len(outputs) != len(batch):
+                    raise RuntimeError(f"the session returned {len(outputs)} rows for a batch of {len(batch)} requests")
+            except Exception as exc:  # every request of the batch fails with it; the worker serves on
                 for _, future in batch:
                     future.set_exception(exc)
                 continue

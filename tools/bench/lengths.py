@@ -39,7 +39,7 @@ from tools.padding_waste import PaddingCounts
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
 from tools.stats import ModelStats
-from tools.tuning.reload import load_with_config
+from tools.triton_client import load_with_config
 
 log = logging.getLogger("bench-lengths")
 

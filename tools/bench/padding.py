@@ -28,7 +28,7 @@ from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
-from tools.tuning.reload import load_with_config
+from tools.triton_client import load_with_config
 
 log = logging.getLogger("padding")
 

@@ -27,7 +27,7 @@ from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.model_config import load_config, without_priority_queues
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tools.server_session import triton_endpoints
-from tools.tuning.reload import load_with_config
+from tools.triton_client import load_with_config
 
 log = logging.getLogger("perf_analyzer_check")
 

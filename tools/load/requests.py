@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from export.names import INPUT_NAMES, OUTPUT_NAME, TEXT_INPUT
+from tools.contract import EMBEDDING_OUTPUT as OUTPUT_NAME
+from tools.contract import TEXT_INPUT
+from tools.contract import TOKEN_INPUTS as INPUT_NAMES
 from tools.load.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedText, MixedTexts
 
 SAMPLE_TEXTS = (

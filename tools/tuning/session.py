@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tools.loadgen.report import LoadResult
 from tools.model_config import ModelConfig
+from tools.triton_client import TritonError
 from tools.tuning.objectives import Score, score
-from tools.tuning.reload import ReloadError
 from tools.tuning.space import Candidate, apply_candidate
 from tools.tuning.strategies import Strategy
 
@@ -81,7 +81,7 @@ class Checkpoint:
 class Tuner:
     base: ModelConfig
     measure: Callable[[], list[LoadResult]]  # drives every traffic level against the loaded config
-    apply: Callable[[ModelConfig], None]  # loads a config on the server (raises ReloadError)
+    apply: Callable[[ModelConfig], None]  # loads a config on the server (raises TritonError)
     p99_ms: float
     objective: str
     checkpoint: Checkpoint
@@ -95,7 +95,7 @@ class Tuner:
             self.apply(config)
             results = self.measure()
             trial = Trial(candidate, score(results, self.p99_ms, self.objective), [r.to_dict() for r in results])
-        except (ReloadError, ValueError) as exc:
+        except (TritonError, ValueError) as exc:
             trial = Trial(candidate, Score(False, float("-inf"), 0.0, None, "failed to load"), error=str(exc))
         trial.seconds = time.perf_counter() - started
         self.checkpoint.add(trial)
