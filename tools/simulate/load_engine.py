@@ -1,0 +1,77 @@
+"""The simulator's one door to the load engine (today tools/loadgen; the lead may switch it).
+
+Everything the simulator takes from the load engine passes through here: the traffic
+specification (so predictions and measurements describe load the same way), the texts'
+token lengths, and a live measurement reduced to the predict contract's fields.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from tools.loadgen.measure import Measurement, run_load
+from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedTexts
+from tools.loadgen.targets import SAMPLE_TEXTS, embed_target, encoder_target, mixed_target
+from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
+
+__all__ = ["LengthMix", "Measured", "MixedTexts", "Traffic", "load_trace", "measure", "parse_priority_mix", "sample_lengths"]
+
+
+@functools.cache
+def sample_lengths() -> tuple[int, ...]:
+    """Tokens ([CLS] and [SEP] included) of the load engine's sample texts as it sends them,
+    with the unique suffix it appends (` #<8 hex>-<counter>`); request i carries text i mod 8."""
+    from tokenizers import Tokenizer
+
+    if not DEFAULT_TOKENIZER.is_file():
+        raise ValueError(f"tokenizer file {DEFAULT_TOKENIZER} not found; run `make export`")
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER))
+    return tuple(len(tokenizer.encode(f"{text} #3f9a1c2e-12345").ids) for text in SAMPLE_TEXTS)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One live load level in the predict contract's terms (None: no successful request)."""
+
+    throughput_rps: float
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    avg_batch: float | None  # encoder rows per execution, from Triton's statistics
+    tokenizer_avg_batch: float | None
+    batch_histogram: dict[int, int]
+    outcomes: dict[str, int]
+    stable: bool
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def measure(
+    http_url: str, grpc_url: str, traffic: Traffic, texts: str = "samples", model: str = "embed", quick: bool = True, seq_len: int = 32
+) -> Measured:
+    """Drive one load level through `model` and read the client's and the server's figures."""
+    if model.startswith("encoder"):
+        target, models = encoder_target(seq_len, model=model), (model,)
+    else:
+        target = mixed_target(model=model) if texts == "mixed" else embed_target(model=model)
+        models = (model, "tokenizer", "encoder")
+    measurement = Measurement(warmup_s=1.0, window_s=2.0, stable_windows=3, max_windows=4, stability=0.10, server_models=models)
+    if not quick:
+        measurement = Measurement(server_models=models)
+    result = run_load(target, traffic, measurement, grpc_url, "grpc", http_url)
+    encoder = result.server.get("encoder")
+    tokenizer = result.server.get("tokenizer")
+    latency = result.latency
+    return Measured(
+        throughput_rps=result.throughput_rps,
+        p50_ms=latency.p50_ms,
+        p90_ms=latency.p90_ms,
+        p99_ms=latency.p99_ms,
+        avg_batch=encoder.average_batch_size if encoder else None,
+        tokenizer_avg_batch=tokenizer.average_batch_size if tokenizer else None,
+        batch_histogram=dict(encoder.batch_executions) if encoder else {},
+        outcomes=dict(result.outcomes),
+        stable=result.stable,
+    )
