@@ -12,10 +12,21 @@ from dataclasses import dataclass
 
 from tools.loadgen.measure import Measurement, run_load
 from tools.loadgen.mixed_texts import DEFAULT_TOKENIZER, LengthMix, MixedTexts
-from tools.loadgen.targets import SAMPLE_TEXTS, embed_target, encoder_target, mixed_target
+from tools.loadgen.targets import SAMPLE_TEXTS, embed_target, encoder_target, mixed_target, token_tensors
 from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
 
-__all__ = ["LengthMix", "Measured", "MixedTexts", "Traffic", "load_trace", "measure", "parse_priority_mix", "sample_lengths"]
+__all__ = [
+    "SAMPLE_TEXTS",
+    "LengthMix",
+    "Measured",
+    "MixedTexts",
+    "Traffic",
+    "load_trace",
+    "measure",
+    "parse_priority_mix",
+    "sample_lengths",
+    "token_tensors",
+]
 
 
 @functools.cache
@@ -43,6 +54,8 @@ class Measured:
     batch_histogram: dict[int, int]
     outcomes: dict[str, int]
     stable: bool
+    mean_ms: float | None = None
+    server_ms: dict[str, dict[str, float | None]] | None = None  # model -> average queue and compute ms per request
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -74,4 +87,6 @@ def measure(
         batch_histogram=dict(encoder.batch_executions) if encoder else {},
         outcomes=dict(result.outcomes),
         stable=result.stable,
+        mean_ms=latency.mean_ms,
+        server_ms={name: {"queue": w.average_queue_ms, "compute": w.average_compute_ms} for name, w in result.server.items()},
     )
