@@ -1,0 +1,161 @@
+"""`validate`: predict each config under each load, then measure it live, and compare.
+
+Configs are loaded on the server as the tuner does (a live reload with a config
+override; the server's own config is loaded back at the end). Errors are relative to
+the measurement: (predicted - measured) / measured. The summary is the median absolute
+error per figure over all rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+
+import numpy as np
+
+from tools.admin_key import key_from_args
+from tools.simulate.batcher import BatcherSpec
+from tools.simulate.cli import model_settings, traffic_of
+from tools.simulate.configs import load_entries
+from tools.simulate.load_engine import Traffic, measure
+from tools.simulate.predict import predict
+from tools.simulate.workload import Workload
+from tools.tuning.reload import ReloadError, load_with_config, reloads_refused, restoring, served_config
+
+log = logging.getLogger("simulate")
+
+FIGURES = ("throughput_rps", "p99_ms", "avg_batch")
+TARGETS = {"throughput_rps": 0.10, "p99_ms": 0.25, "avg_batch": 0.20}  # median absolute error, issue 13
+
+
+def number_list(text: str | None, kind: type, option: str) -> list:
+    if not text:
+        return []
+    try:
+        return [kind(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{option} must be a comma list of numbers, got {text!r}") from None
+
+
+def loads_from_args(args: argparse.Namespace) -> list[Traffic]:
+    concurrencies = number_list(args.concurrency, int, "--concurrency")
+    rates = number_list(args.rate, float, "--rate")
+    loads = [traffic_of(c, None, args) for c in concurrencies] + [traffic_of(None, r, args) for r in rates]
+    if args.trace:
+        loads.append(traffic_of(None, None, args))
+    if not loads:
+        raise ValueError("the traffic has no requests: give --concurrency, --rate or --trace")
+    return loads
+
+
+def relative_error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return (predicted - measured) / measured
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {}
+    for figure in FIGURES:
+        errors = [abs(r["errors"][figure]) for r in rows if r["errors"].get(figure) is not None]
+        out[figure] = {
+            "median_abs_error": float(np.median(errors)) if errors else None,
+            "target": TARGETS[figure],
+            "rows": len(errors),
+        }
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    def cell(value: float | None, spec: str = ".1f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:+.0f}%"
+
+    lines = [
+        "| config | load | req/s pred | req/s meas | err | p99 pred | p99 meas | err | batch pred | batch meas | err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        p, m, e = r["predicted"], r["measured"], r["errors"]
+        lines.append(
+            f"| {r['config']} | {r['load']} | {cell(p['throughput_rps'])} | {cell(m['throughput_rps'])} | {pct(e['throughput_rps'])} | "
+            f"{cell(p['p99_ms'])} | {cell(m['p99_ms'])} | {pct(e['p99_ms'])} | {cell(p['avg_batch'], '.2f')} | "
+            f"{cell(m['avg_batch'], '.2f')} | {pct(e['avg_batch'])} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_cell(figure: str, values: dict) -> str:
+    error = values["median_abs_error"]
+    return f"{figure} {'-' if error is None else format(error * 100, '.0f') + '%'} (target {TARGETS[figure] * 100:.0f}%)"
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from tools.server_session import triton_endpoints
+
+    settings = model_settings(args)
+    entries = load_entries(args.configs)
+    loads = loads_from_args(args)
+    if args.requests < 1:
+        raise ValueError(f"the traffic has no requests (--requests {args.requests})")
+    rows: list[dict] = []
+    started = time.perf_counter()
+    with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
+        base = served_config(endpoints.http_url, "encoder", endpoints.headers)
+        try:
+            load_with_config(endpoints.http_url, "encoder", base, endpoints.headers)
+        except ReloadError as exc:
+            if reloads_refused(exc):
+                raise ValueError(f"the server at {endpoints.http_url} is not in explicit model-control mode") from None
+            raise
+        configs = [(entry, entry.build(base)) for entry in entries]  # a config that cannot be built fails before any load
+        with restoring(endpoints.http_url, "encoder", base, endpoints.headers):
+            for number, (entry, config) in enumerate(configs, start=1):
+                spec = BatcherSpec.from_config(config)
+                load_with_config(endpoints.http_url, "encoder", config, endpoints.headers)
+                for traffic in loads:
+                    workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
+                    predicted = predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
+                    measured = measure(endpoints.http_url, endpoints.grpc_url, traffic, texts=settings.lengths.kind)
+                    row = {
+                        "config": entry.name,
+                        "settings": entry.to_dict(),
+                        "load": traffic.label(),
+                        "predicted": predicted.to_dict(),
+                        "measured": measured.to_dict(),
+                        "errors": {f: relative_error(getattr(predicted, f), getattr(measured, f)) for f in FIGURES},
+                    }
+                    rows.append(row)
+                    e = row["errors"]
+                    print(
+                        f"[{number}/{len(configs)}] {entry.name:32} {traffic.label():20} req/s {predicted.throughput_rps:6.1f} vs "
+                        f"{measured.throughput_rps:6.1f}  p99 {predicted.p99_ms or 0:6.1f} vs {measured.p99_ms or 0:6.1f}  batch "
+                        f"{predicted.avg_batch or 0:.2f} vs {measured.avg_batch or 0:.2f}  errors "
+                        + " ".join("-" if e[f] is None else f"{e[f] * 100:+.0f}%" for f in FIGURES),
+                        flush=True,
+                    )
+    result = {
+        "cost_model": str(args.cost_model),
+        "configs": str(args.configs),
+        "rows": rows,
+        "summary": summary(rows),
+        "wall_s": time.perf_counter() - started,
+        "machine_note": settings.cost.measured_on,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    markdown = args.json.with_suffix(".md")
+    figures = result["summary"]
+    lines = [table(rows), "", "median absolute error: " + ", ".join(summary_cell(f, figures[f]) for f in FIGURES)]
+    markdown.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {args.json} and {markdown}")
+    if not args.no_plot:
+        from tools.simulate.plots import plot_validation
+
+        print(plot_validation(rows, args.json.with_suffix(".png")))
+    return 0
