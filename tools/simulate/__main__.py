@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--lengths", dest="seq_lengths", default="8,16,32,64,128", help="padded lengths in tokens (default %(default)s)")
     c.add_argument("--max-tokens", type=int, default=2048, help="skip points with batch x length above this (default %(default)s)")
     c.add_argument("--instances", default="1,2", help="encoder instance counts to measure (default %(default)s)")
-    c.add_argument("--repeats", type=int, default=3, help="executions per point (default %(default)s)")
+    c.add_argument("--repeats", type=int, default=5, help="executions per point (default %(default)s)")
     c.add_argument("--no-plot", action="store_true")
     add_verbosity_flags(c)
 

@@ -44,7 +44,9 @@ def positive_ints(text: str, option: str) -> list[int]:
 
 
 def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) -> tuple[float, list[float]]:
-    """Server time per execution (Triton's compute input+infer+output) and the client's per-call times."""
+    """Server time per execution and the client's per-call times. Triton's statistics give
+    the mean (compute input + infer + output); on a shared machine one slow call drags a
+    mean of a few, so the mean is scaled by the client's median / mean ratio."""
     client.infer(model, inputs)  # a new shape may pay one-time costs
     before = ModelStats.settled(http_url, model, quiet_s=0.05)
     calls = []
@@ -53,7 +55,18 @@ def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) 
         client.infer(model, inputs)
         calls.append((time.perf_counter() - started) * 1000.0)
     delta = ModelStats.settled(http_url, model, quiet_s=0.05) - before
-    return delta.compute_ns / max(1, delta.requests) / 1e6, calls
+    server_mean = delta.compute_ns / max(1, delta.requests) / 1e6
+    return server_mean * float(np.median(calls) / np.mean(calls)), calls
+
+
+def monotone(table: list[list[float]]) -> list[list[float]]:
+    """Running maxima along batch size and length: an execution of more rows or tokens does
+    not take less time, so a lower reading is noise from other work on the machine."""
+    out = [list(row) for row in table]
+    for i in range(len(out)):
+        for j in range(len(out[i])):
+            out[i][j] = max(out[i][j], out[i - 1][j] if i else 0.0, out[i][j - 1] if j else 0.0)
+    return out
 
 
 def measure_encoder(
@@ -77,7 +90,7 @@ def measure_encoder(
         last = max(i for i in range(len(batches)) if measured[i][j])
         for i in range(last + 1, len(batches)):
             table[i][j] = table[last][j] * batches[i] / batches[last]
-    return Grid(batches, lengths, table), measured
+    return Grid(batches, lengths, monotone(table)), measured
 
 
 def measure_tokenizer(client, http_url: str, batches: list[int], repeats: int) -> Grid:
