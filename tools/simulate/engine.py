@@ -92,6 +92,7 @@ class Simulation:
         self.executions: list[Execution] = []
         self.on_done = None  # callback(request, now) for closed-loop clients
         self.now = 0.0
+        self.table_cache: dict[tuple[str, int, int, int], float] = {}
 
     # -- events -------------------------------------------------------------------------
     def push(self, time: float, action, *args) -> None:
@@ -253,14 +254,20 @@ class Simulation:
         self.push(end, self.respond, position, batch)
         self.push(window[1], self.release, position, window)
 
+    def table_ms(self, name: str, rows: int, length: int, instances: int) -> float:
+        key = (name, rows, length, instances)
+        if key not in self.table_cache:
+            self.table_cache[key] = self.cost.execution_ms(name, rows, length, instances)
+        return self.table_cache[key]
+
     def execution_ms(self, step: _Step, lengths: tuple[int, ...]) -> float:
         spec, name = step.spec, step.name
         if name == "tokenizer":
-            base = self.cost.execution_ms(name, len(lengths), round(sum(lengths) / len(lengths)), spec.instances)
+            base = self.table_ms(name, len(lengths), round(sum(lengths) / len(lengths)), spec.instances)
         elif spec.ragged_split and len(lengths) > 1:
-            base = split_cost(sorted(lengths), lambda rows, length: self.cost.execution_ms(name, rows, length, spec.instances))
+            base = split_cost(sorted(lengths), lambda rows, length: self.table_ms(name, rows, length, spec.instances))
         else:
-            base = self.cost.execution_ms(name, len(lengths), max(lengths), spec.instances)
+            base = self.table_ms(name, len(lengths), max(lengths), spec.instances)
         return base * self.cost.noise_factor(self.rng.random())
 
     def respond(self, now: float, position: int, batch: list[Request]) -> None:
