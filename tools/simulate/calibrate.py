@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import logging
 import platform
 import time
@@ -59,21 +60,53 @@ def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) 
     return server_mean * float(np.median(calls) / np.mean(calls)), calls
 
 
-def monotone(table: list[list[float]]) -> list[list[float]]:
-    """Running maxima along batch size and length: an execution of more rows or tokens does
-    not take less time, so a lower reading is noise from other work on the machine."""
-    out = [list(row) for row in table]
-    for i in range(len(out)):
-        for j in range(len(out[i])):
-            out[i][j] = max(out[i][j], out[i - 1][j] if i else 0.0, out[i][j - 1] if j else 0.0)
-    return out
+def smooth(batches: list[int], lengths: list[int], table: list[list[float]], mask: list[list[bool]]) -> tuple[list[list[float]], dict]:
+    """The table's values from a least-squares fit of `a + b*rows + c*rows*length +
+    d*rows*length^2` (every term >= 0, errors relative to the reading) over the points run,
+    leaving out once the points more than 50% off the first fit. On a shared machine single
+    readings jump several-fold when other work runs; the fitted surface keeps the shape
+    (per-execution, per-row, per-token and attention's quadratic cost) without the jumps."""
+    points = [(b, length, table[i][j]) for i, b in enumerate(batches) for j, length in enumerate(lengths) if mask[i][j]]
+    rows = np.array([p[0] for p in points], dtype=float)
+    tokens = np.array([p[1] for p in points], dtype=float)
+    ms = np.array([p[2] for p in points], dtype=float)
+    columns = np.stack([np.ones_like(rows), rows, rows * tokens, rows * tokens**2], axis=1)
+    keep = np.ones(len(ms), dtype=bool)
+    terms = np.zeros(4)
+    for _ in range(2):
+        best = None
+        weights = 1.0 / ms[keep]
+        for size in (4, 3, 2, 1):
+            for subset in itertools.combinations(range(4), size):
+                a = columns[keep][:, subset] * weights[:, None]
+                coefficients, *_ = np.linalg.lstsq(a, ms[keep] * weights, rcond=None)
+                if (coefficients < 0).any():
+                    continue
+                residual = float(np.sum((a @ coefficients - ms[keep] * weights) ** 2))
+                if best is None or residual < best[0] - 1e-12:
+                    best = (residual, subset, coefficients)
+        if best is None:
+            return table, {"fit": "none (no non-negative fit)"}
+        terms = np.zeros(4)
+        terms[list(best[1])] = best[2]
+        relative = columns @ terms / ms - 1.0
+        keep = np.abs(relative) <= 0.5
+        if keep.sum() < 4:
+            keep = np.ones(len(ms), dtype=bool)
+    fitted = [[float(max(1e-3, terms @ [1.0, b, b * length, b * length**2])) for length in lengths] for b in batches]
+    left_out = [[int(r), int(t)] for r, t, k in zip(rows, tokens, keep) if not k]
+    return fitted, {
+        "terms_ms": dict(zip(("per_execution", "per_row", "per_token", "per_token_pair"), map(float, terms))),
+        "left_out_points": left_out,
+        "raw_execution_ms": table,
+    }
 
 
 def measure_encoder(
     client, http_url: str, batches: list[int], lengths: list[int], max_tokens: int, repeats: int, residuals: list[float]
-) -> tuple[Grid, list[list[bool]]]:
-    """The table; points above `max_tokens` are not run but scaled linearly in rows from
-    the largest batch measured at that length (returned as False in the mask)."""
+) -> tuple[Grid, list[list[bool]], dict]:
+    """The fitted table (see `smooth`), which points were run (points above `max_tokens`
+    are not: the fit gives them) and the fit's terms with the raw readings."""
     rng = np.random.default_rng(0)
     table = [[0.0] * len(lengths) for _ in batches]
     measured = [[False] * len(lengths) for _ in batches]
@@ -90,7 +123,8 @@ def measure_encoder(
         last = max(i for i in range(len(batches)) if measured[i][j])
         for i in range(last + 1, len(batches)):
             table[i][j] = table[last][j] * batches[i] / batches[last]
-    return Grid(batches, lengths, monotone(table)), measured
+    fitted, fit = smooth(batches, lengths, table, measured)
+    return Grid(batches, lengths, fitted), measured, fit
 
 
 def measure_tokenizer(client, http_url: str, batches: list[int], repeats: int) -> Grid:
@@ -103,7 +137,8 @@ def measure_tokenizer(client, http_url: str, batches: list[int], repeats: int) -
         ms, _ = execution_ms(client, http_url, "tokenizer", [tensor], repeats)
         table.append([ms])
         log.info("tokenizer: batch %2d -> %.2f ms per execution", batch, ms)
-    return Grid(batches, [length], table)
+    fitted, _ = smooth(batches, [length], table, [[True] for _ in batches])
+    return Grid(batches, [length], fitted)
 
 
 def measure_overheads(endpoints) -> tuple[Overheads, dict]:
@@ -150,13 +185,15 @@ def calibrate(endpoints, batches: list[int], lengths: list[int], instances: list
         raise
     client = httpclient.InferenceServerClient(endpoints.http_url, network_timeout=300.0)
     residuals: list[float] = []
-    grids, masks = {}, {}
+    grids, masks, fits = {}, {}, {}
     try:
         with restoring(endpoints.http_url, "encoder", base, endpoints.headers):
             for count in instances:
                 load_with_config(endpoints.http_url, "encoder", with_instances(base, count), endpoints.headers)
                 log.info("encoder with %d instance(s)", count)
-                grids[count], masks[count] = measure_encoder(client, endpoints.http_url, batches, lengths, max_tokens, repeats, residuals)
+                grids[count], masks[count], fits[count] = measure_encoder(
+                    client, endpoints.http_url, batches, lengths, max_tokens, repeats, residuals
+                )
         tokenizer = measure_tokenizer(client, endpoints.http_url, [b for b in batches if b <= 32] or [1], repeats)
     finally:
         client.close()
@@ -173,7 +210,12 @@ def calibrate(endpoints, batches: list[int], lengths: list[int], instances: list
             "software": software(endpoints.http_url),
             "encoder_config": {"threads_per_instance": "cores / instances (tools/tuning/space.py)", "instances": instances},
         },
-        extra={"measured_points": {str(n): mask for n, mask in masks.items()}, "overheads": overhead_figures, "repeats": repeats},
+        extra={
+            "measured_points": {str(n): mask for n, mask in masks.items()},
+            "fits": {str(n): f for n, f in fits.items()},
+            "overheads": overhead_figures,
+            "repeats": repeats,
+        },
     )
 
 

@@ -17,20 +17,22 @@ def _pyplot():
 
 
 def plot_cost_model(model: CostModel, path: Path) -> str:
-    """Encoder execution time per batch size, one line per length: measured points as
-    markers (points scaled rather than run are hollow), the interpolation as lines."""
+    """Encoder execution time per batch size, one line per length: the readings as
+    markers, the fitted table with its interpolation as lines."""
     plt = _pyplot()
     grids = model.steps["encoder"].by_instances
     measured = model.extra.get("measured_points", {})
+    fits = model.extra.get("fits", {})
     figure, axes = plt.subplots(1, len(grids), figsize=(5.5 * len(grids), 4), squeeze=False)
     for axis, (count, grid) in zip(axes[0], sorted(grids.items())):
         mask = measured.get(str(count))
+        raw = fits.get(str(count), {}).get("raw_execution_ms") or grid.execution_ms
         dense = list(range(grid.batch_sizes[0], grid.batch_sizes[-1] + 1))
         for j, length in enumerate(grid.lengths):
             line = axis.plot(dense, [grid.at(b, length) for b in dense], label=f"{length} tokens")[0]
             for i, batch in enumerate(grid.batch_sizes):
-                filled = mask[i][j] if mask else True
-                axis.plot(batch, grid.execution_ms[i][j], "o", color=line.get_color(), fillstyle="full" if filled else "none")
+                if not mask or mask[i][j]:
+                    axis.plot(batch, raw[i][j], "o", color=line.get_color())
         axis.set(title=f"encoder, {count} instance(s) ({model.kind})", xlabel="batch size", ylabel="ms per execution")
         axis.legend(fontsize=7)
     figure.tight_layout()
