@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,4 +220,7 @@ class CostModel:
     def save(self, path: Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        text = json.dumps(self.to_dict(), indent=1)
+        # Lists of numbers on one line, so a table reads as rows (and can be edited by hand).
+        text = re.sub(r"\[\s+([^\[\]{}\"]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+        path.write_text(text + "\n")
