@@ -49,15 +49,28 @@ def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) 
     the mean (compute input + infer + output); on a shared machine one slow call drags a
     mean of a few, so the mean is scaled by the client's median / mean ratio."""
     client.infer(model, inputs)  # a new shape may pay one-time costs
-    before = ModelStats.settled(http_url, model, quiet_s=0.05)
+    before = ModelStats.settled(http_url, model)
     calls = []
     for _ in range(repeats):
         started = time.perf_counter()
         client.infer(model, inputs)
         calls.append((time.perf_counter() - started) * 1000.0)
-    delta = ModelStats.settled(http_url, model, quiet_s=0.05) - before
-    server_mean = delta.compute_ns / max(1, delta.requests) / 1e6
-    return server_mean * float(np.median(calls) / np.mean(calls)), calls
+    delta = ModelStats.settled(http_url, model) - before
+    median = float(np.median(calls))
+    if delta.requests != repeats or delta.compute_ns <= 0:
+        log.warning("%s: the statistics counted %d of %d calls; using the client's median time", model, delta.requests, repeats)
+        return median, calls
+    server_mean = delta.compute_ns / delta.requests / 1e6
+    return min(median, server_mean * median / float(np.mean(calls))), calls
+
+
+def noise_quantiles(residuals: list[float]) -> list[float]:
+    """Eleven evenly spaced quantiles of the relative residuals, the outer 2.5% on each side
+    clipped first: one call held up several-fold by other work on a shared machine would
+    otherwise make a tenth of the simulated executions that slow."""
+    values = np.asarray(residuals, dtype=float)
+    low, high = np.quantile(values, [0.025, 0.975])
+    return [float(q) for q in np.quantile(np.clip(values, low, high), np.linspace(0, 1, 11))]
 
 
 def smooth(batches: list[int], lengths: list[int], table: list[list[float]], mask: list[list[bool]]) -> tuple[list[list[float]], dict]:
@@ -198,7 +211,7 @@ def calibrate(endpoints, batches: list[int], lengths: list[int], instances: list
     finally:
         client.close()
     overheads, overhead_figures = measure_overheads(endpoints)
-    quantiles = [float(q) for q in np.quantile(residuals, np.linspace(0, 1, 11))] if residuals else [0.0]
+    quantiles = noise_quantiles(residuals) if residuals else [0.0]
     return CostModel(
         steps={"encoder": StepCost(grids), "tokenizer": StepCost({1: tokenizer})},
         overheads=overheads,
