@@ -157,3 +157,21 @@ def test_ragged_split_runs_the_cheapest_partition():
     # 2 short + 1 long: padding all to 200 costs 1 + 6 = 7; splitting costs (1 + 0.4) + (1 + 2) = 4.4
     assert split_cost([20, 20, 200], cost) == pytest.approx(4.4)
     assert split_cost([20, 20], cost) == pytest.approx(1.4)  # equal lengths: one run
+
+
+def test_response_cache_hits_run_no_step():
+    spec = BatcherSpec(max_batch_size=8)
+    workload = Workload(Traffic(concurrency=2), requests=200, lengths=Lengths("fixed", 16), cache_hit_rate=1.0)
+    prediction = predict(constant_cost(), [("encoder", spec)], workload)
+    assert prediction.avg_batch is None  # nothing executed: no value, not 0
+    assert prediction.batch_histogram == {}
+
+
+def test_open_loop_below_capacity_serves_the_offered_rate_in_every_class():
+    spec = BatcherSpec(max_batch_size=8, priority_levels=2, default_level=2)
+    traffic = Traffic(rate=20.0, distribution="constant", priority_mix={1: 0.5, 2: 0.5})
+    prediction = predict(constant_cost(), [("encoder", spec)], Workload(traffic, requests=1_000, lengths=Lengths("fixed", 16)), stall=False)
+    assert prediction.throughput_rps == pytest.approx(20.0, rel=0.01)
+    assert prediction.p99_ms == pytest.approx(EXECUTION_MS)  # one request every 50 ms never waits
+    assert set(prediction.per_priority) == {1, 2}
+    assert prediction.avg_batch == 1.0
