@@ -38,6 +38,7 @@ class Request:
     done: float = math.nan
     outcome: str = ""
     enqueued: float = 0.0  # at the current step
+    queue_ms: dict = field(default_factory=dict)  # step -> time waited in its queue
     deadline: float = math.inf
 
 
@@ -238,6 +239,8 @@ class Simulation:
 
     def start(self, now: float, position: int, batch: list[Request]) -> None:
         step = self.steps[position]
+        for request in batch:
+            request.queue_ms[step.name] = now - request.enqueued
         remaining = len(batch)  # the batch is a prefix of the queues in priority order
         for level in step.spec.levels:
             for queue in (step.queues[level], step.delayed[level]):

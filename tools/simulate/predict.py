@@ -38,6 +38,7 @@ class Prediction:
     rejected: int
     timeouts: int
     sent: int
+    encoder_queue_ms: float | None = None  # mean wait in the encoder's queue (Triton's queue statistic), successful requests
     per_priority: dict[int, ClassFigures] = field(default_factory=dict)
     batch_histogram: dict[int, int] = field(default_factory=dict)  # encoder executed batch size -> executions
     simulated_s: float = 0.0
@@ -122,7 +123,9 @@ def predict(
         executions = sum(histogram.values())
         return sum(size * n for size, n in histogram.items()) / executions if executions else None
 
+    waits = [r.queue_ms["encoder"] for r, keep in zip(requests, ok) if keep and "encoder" in r.queue_ms]
     return Prediction(
+        encoder_queue_ms=float(np.mean(waits)) if waits else None,
         throughput_rps=float(ok.sum() / seconds),
         p50_ms=p50,
         p90_ms=p90,
