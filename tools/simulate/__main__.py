@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("--grpc-url", default=None)
     add_admin_key_arguments(v)
+    v.add_argument("--measured", type=Path, default=None, help="reuse the measurements of an earlier validation OUT (no server)")
+    v.add_argument(
+        "--base-config",
+        type=Path,
+        default=MODEL_REPOSITORY / "encoder" / "config.pbtxt",
+        help="with --measured: the encoder config the configs were applied to (default: committed)",
+    )
     v.add_argument("--requests", type=int, default=4000, help="requests per prediction (default %(default)s)")
     v.add_argument("--no-plot", action="store_true")
     add_verbosity_flags(v)

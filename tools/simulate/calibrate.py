@@ -46,8 +46,9 @@ def positive_ints(text: str, option: str) -> list[int]:
 
 def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) -> tuple[float, list[float]]:
     """Server time per execution and the client's per-call times. Triton's statistics give
-    the mean (compute input + infer + output); on a shared machine one slow call drags a
-    mean of a few, so the mean is scaled by the client's median / mean ratio."""
+    the mean (compute input + infer + output); on a shared machine one call held up by other
+    work drags a mean of a few, so the client's median (which adds only the transport, well
+    under a millisecond here) is taken when it is lower."""
     client.infer(model, inputs)  # a new shape may pay one-time costs
     before = ModelStats.settled(http_url, model)
     calls = []
@@ -60,8 +61,7 @@ def execution_ms(client, http_url: str, model: str, inputs: list, repeats: int) 
     if delta.requests != repeats or delta.compute_ns <= 0:
         log.warning("%s: the statistics counted %d of %d calls; using the client's median time", model, delta.requests, repeats)
         return median, calls
-    server_mean = delta.compute_ns / delta.requests / 1e6
-    return min(median, server_mean * median / float(np.mean(calls))), calls
+    return min(median, delta.compute_ns / delta.requests / 1e6), calls
 
 
 def noise_quantiles(residuals: list[float]) -> list[float]:

@@ -12,12 +12,13 @@ import argparse
 import json
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 
 from tools.admin_key import key_from_args
 from tools.simulate.batcher import BatcherSpec
-from tools.simulate.cli import model_settings, traffic_of
+from tools.simulate.cli import model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
 from tools.simulate.load_engine import Traffic, measure
 from tools.simulate.predict import predict
@@ -94,16 +95,31 @@ def summary_cell(figure: str, values: dict) -> str:
     return f"{figure} {'-' if error is None else format(error * 100, '.0f') + '%'} (target {TARGETS[figure] * 100:.0f}%)"
 
 
-def run_validate(args: argparse.Namespace) -> int:
+def row_of(entry, traffic: Traffic, predicted, measured: dict) -> dict:
+    return {
+        "config": entry.name,
+        "settings": entry.to_dict(),
+        "load": traffic.label(),
+        "predicted": predicted.to_dict(),
+        "measured": measured,
+        "errors": {f: relative_error(getattr(predicted, f), measured.get(f)) for f in FIGURES},
+    }
+
+
+def progress(number: int, total: int, row: dict) -> None:
+    p, m, e = row["predicted"], row["measured"], row["errors"]
+    print(
+        f"[{number}/{total}] {row['config']:32} {row['load']:20} req/s {p['throughput_rps']:6.1f} vs {m['throughput_rps']:6.1f}  "
+        f"p99 {p['p99_ms'] or 0:6.1f} vs {m['p99_ms'] or 0:6.1f}  batch {p['avg_batch'] or 0:.2f} vs {m['avg_batch'] or 0:.2f}  errors "
+        + " ".join("-" if e[f] is None else f"{e[f] * 100:+.0f}%" for f in FIGURES),
+        flush=True,
+    )
+
+
+def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
     from tools.server_session import triton_endpoints
 
-    settings = model_settings(args)
-    entries = load_entries(args.configs)
-    loads = loads_from_args(args)
-    if args.requests < 1:
-        raise ValueError(f"the traffic has no requests (--requests {args.requests})")
     rows: list[dict] = []
-    started = time.perf_counter()
     with triton_endpoints(args.url, args.grpc_url, explicit_control=True, admin_key=key_from_args(args)) as endpoints:
         base = served_config(endpoints.http_url, "encoder", endpoints.headers)
         try:
@@ -121,23 +137,44 @@ def run_validate(args: argparse.Namespace) -> int:
                     workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
                     predicted = predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
                     measured = measure(endpoints.http_url, endpoints.grpc_url, traffic, texts=settings.lengths.kind)
-                    row = {
-                        "config": entry.name,
-                        "settings": entry.to_dict(),
-                        "load": traffic.label(),
-                        "predicted": predicted.to_dict(),
-                        "measured": measured.to_dict(),
-                        "errors": {f: relative_error(getattr(predicted, f), getattr(measured, f)) for f in FIGURES},
-                    }
-                    rows.append(row)
-                    e = row["errors"]
-                    print(
-                        f"[{number}/{len(configs)}] {entry.name:32} {traffic.label():20} req/s {predicted.throughput_rps:6.1f} vs "
-                        f"{measured.throughput_rps:6.1f}  p99 {predicted.p99_ms or 0:6.1f} vs {measured.p99_ms or 0:6.1f}  batch "
-                        f"{predicted.avg_batch or 0:.2f} vs {measured.avg_batch or 0:.2f}  errors "
-                        + " ".join("-" if e[f] is None else f"{e[f] * 100:+.0f}%" for f in FIGURES),
-                        flush=True,
-                    )
+                    rows.append(row_of(entry, traffic, predicted, measured.to_dict()))
+                    progress(number, len(configs), rows[-1])
+    return rows
+
+
+def reuse_measurements(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
+    """Predict again against the measurements of an earlier validation (same configs and
+    loads): a changed cost model or simulator is checked in seconds, without a server."""
+    try:
+        earlier = json.loads(Path(args.measured).read_text())
+        measured = {(row["config"], row["load"]): row["measured"] for row in earlier["rows"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--measured {args.measured}: not a validation result ({exc})") from None
+    base = read_config(args.base_config)
+    rows = []
+    for number, entry in enumerate(entries, start=1):
+        spec = BatcherSpec.from_config(entry.build(base))
+        for traffic in loads:
+            if (entry.name, traffic.label()) not in measured:
+                raise ValueError(f"--measured {args.measured} has no measurement of {entry.name} under {traffic.label()}")
+            workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
+            predicted = predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
+            rows.append(row_of(entry, traffic, predicted, measured[(entry.name, traffic.label())]))
+            progress(number, len(entries), rows[-1])
+    return rows
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    settings = model_settings(args)
+    entries = load_entries(args.configs)
+    loads = loads_from_args(args)
+    if args.requests < 1:
+        raise ValueError(f"the traffic has no requests (--requests {args.requests})")
+    started = time.perf_counter()
+    if args.measured:
+        rows = reuse_measurements(args, settings, entries, loads)
+    else:
+        rows = measure_live(args, settings, entries, loads)
     result = {
         "cost_model": str(args.cost_model),
         "configs": str(args.configs),
@@ -145,6 +182,7 @@ def run_validate(args: argparse.Namespace) -> int:
         "summary": summary(rows),
         "wall_s": time.perf_counter() - started,
         "machine_note": settings.cost.measured_on,
+        "measurements": str(args.measured) if args.measured else "live",
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
