@@ -175,3 +175,13 @@ def test_open_loop_below_capacity_serves_the_offered_rate_in_every_class():
     assert prediction.p99_ms == pytest.approx(EXECUTION_MS)  # one request every 50 ms never waits
     assert set(prediction.per_priority) == {1, 2}
     assert prediction.avg_batch == 1.0
+
+
+def test_the_load_generator_thread_spaces_a_closed_loop_out():
+    # One client: 10 ms of execution, then 5 ms in the client before its next request.
+    cost = constant_cost()
+    cost = CostModel(cost.steps, Overheads(0.0, 0.0, 0.0, 0.0, client_ms=5.0), [0.0], cost.stall)
+    workload = Workload(Traffic(concurrency=1), requests=500, lengths=Lengths("fixed", 16))
+    prediction = predict(cost, [("encoder", BatcherSpec(max_batch_size=8))], workload, stall=False)
+    assert prediction.throughput_rps == pytest.approx(1000 / 15, rel=0.01)
+    assert prediction.p50_ms == pytest.approx(EXECUTION_MS)

@@ -114,6 +114,7 @@ class Overheads:
     handoff_ms: float = 0.1
     response_ms: float = 0.5
     cache_hit_ms: float = 0.3  # a response cache hit: lookup and response, no step runs
+    client_ms: float = 0.0  # closed loop: the load generator's time per answer before the next send, on its one thread
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class CostModel:
                 "handoff": self.overheads.handoff_ms,
                 "response": self.overheads.response_ms,
                 "cache_hit": self.overheads.cache_hit_ms,
+                "client": self.overheads.client_ms,
             },
             "noise": {"relative_residual_quantiles": self.noise_quantiles},
             "stall": {"idle_wait_ms": self.stall.idle_wait_ms, "release_gap_ms": self.stall.release_gap_ms},
