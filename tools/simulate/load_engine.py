@@ -21,12 +21,22 @@ __all__ = [
     "Measured",
     "MixedTexts",
     "Traffic",
+    "full_budget_window",
     "load_trace",
     "measure",
     "parse_priority_mix",
     "sample_lengths",
     "token_tensors",
 ]
+
+
+QUICK = {"warmup_s": 1.0, "window_s": 2.0, "stable_windows": 3, "max_windows": 4, "stability": 0.10}  # a validation's load level
+
+
+def full_budget_window() -> tuple[float, float]:
+    """The span a quick measurement that never settled counts: its last 3 of 4 windows."""
+    q = QUICK
+    return q["warmup_s"] + (q["max_windows"] - q["stable_windows"]) * q["window_s"], q["warmup_s"] + q["max_windows"] * q["window_s"]
 
 
 @functools.cache
@@ -54,6 +64,7 @@ class Measured:
     batch_histogram: dict[int, int]
     outcomes: dict[str, int]
     stable: bool
+    window_s: tuple[float, float] | None = None  # seconds from the start of the run: the requests the figures count
     mean_ms: float | None = None
     server_ms: dict[str, dict[str, float | None]] | None = None  # model -> average queue and compute ms per request
 
@@ -70,10 +81,11 @@ def measure(
     else:
         target = mixed_target(model=model) if texts == "mixed" else embed_target(model=model)
         models = (model, "tokenizer", "encoder")
-    measurement = Measurement(warmup_s=1.0, window_s=2.0, stable_windows=3, max_windows=4, stability=0.10, server_models=models)
+    measurement = Measurement(**QUICK, server_models=models)
     if not quick:
         measurement = Measurement(server_models=models)
     result = run_load(target, traffic, measurement, grpc_url, "grpc", http_url)
+    used = min(measurement.stable_windows, result.windows)  # the engine's figures cover its last `used` windows
     encoder = result.server.get("encoder")
     tokenizer = result.server.get("tokenizer")
     latency = result.latency
@@ -87,6 +99,10 @@ def measure(
         batch_histogram=dict(encoder.batch_executions) if encoder else {},
         outcomes=dict(result.outcomes),
         stable=result.stable,
+        window_s=(
+            measurement.warmup_s + (result.windows - used) * measurement.window_s,
+            measurement.warmup_s + result.windows * measurement.window_s,
+        ),
         mean_ms=latency.mean_ms,
         server_ms={name: {"queue": w.average_queue_ms, "compute": w.average_compute_ms} for name, w in result.server.items()},
     )

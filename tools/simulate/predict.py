@@ -95,9 +95,13 @@ def predict(
     done = np.fromiter((r.done for r in requests), float, len(requests))
     outcomes = np.asarray([r.outcome for r in requests])
     levels = np.fromiter((r.priority for r in requests), int, len(requests))
-    start = sent[int(len(requests) * workload.warmup_share)] if workload.warmup_share else sent[0]
-    end = sent.max() if sent.max() > start else done.max()
-    chosen = sent >= start
+    if workload.window_s and not workload.traffic.closed_loop:
+        start, end = workload.window_s[0] * 1000.0, workload.window_s[1] * 1000.0
+        chosen = (sent >= start) & (sent < end)
+    else:
+        start = sent[int(len(requests) * workload.warmup_share)] if workload.warmup_share else sent[0]
+        end = sent.max() if sent.max() > start else done.max()
+        chosen = sent >= start
     seconds = max((end - start) / 1000.0, 1e-9)
     ok = chosen & (outcomes == OK)
     latencies = done - sent

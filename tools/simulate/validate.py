@@ -20,7 +20,7 @@ from tools.admin_key import key_from_args
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
-from tools.simulate.load_engine import Traffic, measure
+from tools.simulate.load_engine import Traffic, full_budget_window, measure
 from tools.simulate.predict import predict
 from tools.simulate.workload import Workload
 from tools.tuning.reload import ReloadError, load_with_config, reloads_refused, restoring, served_config
@@ -116,6 +116,17 @@ def progress(number: int, total: int, row: dict) -> None:
     )
 
 
+def predict_like(settings, spec: BatcherSpec, traffic: Traffic, requests: int, window_s: tuple[float, float] | None):
+    """A prediction counted as the measurement counted: open-loop throughput over the same
+    span of the same seeded arrival schedule (a few seconds of Poisson arrivals hold
+    noticeably more or fewer than rate x seconds)."""
+    if window_s and not traffic.closed_loop:
+        rate = max(traffic.rate, traffic.burst_rate)
+        requests = max(requests, int(window_s[1] * rate * 1.5) + 10)
+    workload = Workload(traffic, requests, settings.lengths, settings.cache_hit_rate, window_s=window_s)
+    return predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
+
+
 def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
     from tools.server_session import triton_endpoints
 
@@ -134,9 +145,8 @@ def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[
                 spec = BatcherSpec.from_config(config)
                 load_with_config(endpoints.http_url, "encoder", config, endpoints.headers)
                 for traffic in loads:
-                    workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
-                    predicted = predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
                     measured = measure(endpoints.http_url, endpoints.grpc_url, traffic, texts=settings.lengths.kind)
+                    predicted = predict_like(settings, spec, traffic, args.requests, measured.window_s)
                     rows.append(row_of(entry, traffic, predicted, measured.to_dict()))
                     progress(number, len(configs), rows[-1])
     return rows
@@ -157,8 +167,10 @@ def reuse_measurements(args: argparse.Namespace, settings, entries: list, loads:
         for traffic in loads:
             if (entry.name, traffic.label()) not in measured:
                 raise ValueError(f"--measured {args.measured} has no measurement of {entry.name} under {traffic.label()}")
-            workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
-            predicted = predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
+            # Older results do not say which windows counted: the engine's full budget, where
+            # an unstable run (the rule on a shared machine) ends.
+            earlier_window = measured[(entry.name, traffic.label())].get("window_s") or full_budget_window()
+            predicted = predict_like(settings, spec, traffic, args.requests, tuple(earlier_window))
             rows.append(row_of(entry, traffic, predicted, measured[(entry.name, traffic.label())]))
             progress(number, len(entries), rows[-1])
     return rows

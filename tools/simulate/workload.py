@@ -64,6 +64,7 @@ class Workload:
     lengths: Lengths = field(default_factory=Lengths)
     cache_hit_rate: float = 0.0
     warmup_share: float = 0.1  # the first requests are left out of the figures, as the load engine's warm-up
+    window_s: tuple[float, float] | None = None  # open loop: count the requests sent in this span instead (a measurement's window)
 
     def __post_init__(self) -> None:
         if self.requests < 1:
