@@ -185,3 +185,19 @@ def test_the_load_generator_thread_spaces_a_closed_loop_out():
     prediction = predict(cost, [("encoder", BatcherSpec(max_batch_size=8))], workload, stall=False)
     assert prediction.throughput_rps == pytest.approx(1000 / 15, rel=0.01)
     assert prediction.p50_ms == pytest.approx(EXECUTION_MS)
+
+
+def test_ragged_split_answers_the_short_run_first():
+    # cost: 0.2 ms for a 10-token row, 2 ms for a 100-token row, per row: splitting
+    # [10, 100] (0.2 + 2.0) beats one run padded to 100 (4.0); the short request leaves first.
+    grid = Grid([1, 2], [10, 100], [[0.2, 2.0], [0.4, 4.0]])
+    cost = CostModel({"encoder": StepCost({1: grid})}, Overheads(0.0, 0.0, 0.0, 0.0), [0.0], Stall(500.0, 0.0))
+    spec = BatcherSpec(max_batch_size=8, delay_us=1_000, ragged=True, ragged_split=True)
+    sim = Simulation(cost, [("encoder", spec)], stall=False)
+    long, short = Request(0, 0.0, tokens=100), Request(1, 0.5, tokens=10)
+    for r in (long, short):
+        sim.push(r.sent, sim.arrive, r)
+    sim.run()
+    assert [e.rows for e in sim.executions] == [2]
+    assert short.done == pytest.approx(1.2)
+    assert long.done == pytest.approx(3.2)

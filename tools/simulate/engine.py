@@ -261,12 +261,23 @@ class Simulation:
                     remaining -= 1
         step.free -= 1
         lengths = tuple(r.tokens for r in batch)
-        duration = self.execution_ms(step, lengths)
         self.executions.append(Execution(step.name, now, len(batch), lengths))
-        end = now + duration
-        window = (end, end + self.cost.stall.release_gap_ms)
+        factor = self.cost.noise_factor(self.rng.random())
+        if step.name == "encoder" and step.spec.ragged_split and len(batch) > 1:
+            # Our backend runs the split shortest first and answers each request as soon as
+            # its run is done; the instance is released after the last run.
+            ordered = sorted(batch, key=lambda r: r.tokens)
+            runs = split_runs([r.tokens for r in ordered], lambda rows, length: self.table_ms(step.name, rows, length, step.spec.instances))
+            end = now
+            for begin, stop, cost in runs:
+                end += cost * factor
+                self.push(end, self.respond, position, ordered[begin:stop])
+            first = now + runs[0][2] * factor
+        else:
+            end = first = now + self.execution_ms(step, lengths) * factor
+            self.push(end, self.respond, position, batch)
+        window = (first, end + self.cost.stall.release_gap_ms)
         step.release_windows.append(window)
-        self.push(end, self.respond, position, batch)
         self.push(window[1], self.release, position, window)
 
     def table_ms(self, name: str, rows: int, length: int, instances: int) -> float:
@@ -283,7 +294,7 @@ class Simulation:
             base = split_cost(sorted(lengths), lambda rows, length: self.table_ms(name, rows, length, spec.instances))
         else:
             base = self.table_ms(name, len(lengths), max(lengths), spec.instances)
-        return base * self.cost.noise_factor(self.rng.random())
+        return base
 
     def respond(self, now: float, position: int, batch: list[Request]) -> None:
         last = position == len(self.steps) - 1
@@ -301,14 +312,25 @@ class Simulation:
             self.schedule(now, position)
 
 
-def split_cost(lengths: list[int], cost) -> float:
+def split_runs(lengths: list[int], cost) -> list[tuple[int, int, float]]:
     """Cheapest split of a ragged execution (lengths sorted) into runs of consecutive
-    lengths, each padded to its longest: what our backend's `ragged_split: cost` does."""
+    lengths, each padded to its longest, as our backend's `ragged_split: cost` plans it:
+    (begin, end, cost) per run, shortest first."""
     n = len(lengths)
     best = [0.0] + [math.inf] * n
+    cut = [0] * (n + 1)
     for end in range(1, n + 1):
         for begin in range(end):
             candidate = best[begin] + cost(end - begin, lengths[end - 1])
             if candidate < best[end]:
-                best[end] = candidate
-    return best[n]
+                best[end], cut[end] = candidate, begin
+    runs, end = [], n
+    while end:
+        begin = cut[end]
+        runs.append((begin, end, best[end] - best[begin]))
+        end = begin
+    return runs[::-1]
+
+
+def split_cost(lengths: list[int], cost) -> float:
+    return sum(run[2] for run in split_runs(lengths, cost))
