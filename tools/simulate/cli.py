@@ -35,7 +35,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--stall",
         choices=STALL_CHOICES,
         default="auto",
-        help="Triton 2.51's priority-queue stall: auto (on for configs with priority queues), on, off",
+        help="Triton 2.51's priority-queue stall: auto (batchers with priority queues, as 2.51 does), on (every batcher: a what-if), off",
     )
     group.add_argument("--cache-hit-rate", type=float, default=0.0, help="share of requests the response cache answers (default 0)")
     group.add_argument("--seed", type=int, default=0)

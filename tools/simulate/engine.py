@@ -159,7 +159,11 @@ class Simulation:
         self.schedule(now, position)
 
     def stall_applies(self, step: _Step) -> bool:
-        return step.spec.priority_queues if self.stall is None else self.stall and step.spec.priority_queues
+        """auto (None): where Triton 2.51 stalls, batchers with priority levels or queue
+        policies; True: every dynamic batcher (a what-if); False: none."""
+        if self.stall is None:
+            return step.spec.priority_queues
+        return self.stall and step.spec.dynamic
 
     def stall_ends(self, now: float, position: int, until: float) -> None:
         step = self.steps[position]
