@@ -59,7 +59,7 @@ class _Step:
     free: int = 0
     release_windows: list[tuple[float, float]] = field(default_factory=list)  # (response, release) per running instance
     stalled_until: float | None = None  # Triton 2.51's stall: the batcher sleeps until then or a wake
-    idle_since: float = 0.0
+    idle_since: float = 0.0  # when the batcher last went to wait: the stall's idle wait counts from there
     wake_at: float = math.inf
     min_deadline: float = math.inf
 
@@ -188,6 +188,8 @@ class Simulation:
             batch, wait_ms = self.form_batch(now, step)
             if batch:
                 self.start(now, position, batch)
+                if step.free == 0:  # the batcher waits (up to its idle wait) from here
+                    step.idle_since = now
                 continue
             if wait_ms is not None and now + wait_ms < step.wake_at:
                 step.wake_at = now + wait_ms
