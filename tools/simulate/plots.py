@@ -6,9 +6,14 @@ from pathlib import Path
 
 from tools.simulate.cost_model import CostModel
 
+NO_MATPLOTLIB = "no plot: matplotlib is not installed in this environment (the JSON has every figure)"
+
 
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -20,6 +25,8 @@ def plot_cost_model(model: CostModel, path: Path) -> str:
     """Encoder execution time per batch size, one line per length: the readings as
     markers, the fitted table with its interpolation as lines."""
     plt = _pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
     grids = model.steps["encoder"].by_instances
     measured = model.extra.get("measured_points", {})
     fits = model.extra.get("fits", {})
@@ -44,6 +51,8 @@ def plot_cost_model(model: CostModel, path: Path) -> str:
 
 def plot_validation(rows: list[dict], path: Path) -> str:
     plt = _pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
     fields = (("throughput_rps", "throughput req/s"), ("p99_ms", "p99 ms"), ("avg_batch", "avg encoder batch"))
     figure, axes = plt.subplots(1, 3, figsize=(14, 4))
     for axis, (key, label) in zip(axes, fields):
