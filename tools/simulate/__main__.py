@@ -1,0 +1,127 @@
+"""`python -m tools.simulate`: predict Triton's dynamic batching from a measured cost model.
+
+  calibrate  measure execution time per batch size and length on a server -> cost model JSON
+  predict    simulate one config under one load level (throughput, latency per class, batches)
+  validate   predict and measure a list of configs under several loads; errors per figure
+
+Examples:
+  python -m tools.simulate calibrate --out build/simulate/cost-model.json
+  python -m tools.simulate predict --cost-model build/simulate/cost-model.json \\
+      --config model_repository/encoder/config.pbtxt --concurrency 8 --json
+  python -m tools.simulate validate --cost-model build/simulate/cost-model.json \\
+      --configs tools/simulate/validation-configs.yaml --concurrency 1,8 --rate 40 --json reports/simulate/validation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tools.admin_key import add_admin_key_arguments
+from tools.command import run_reporting_errors
+from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.simulate.batcher import BatcherSpec
+from tools.simulate.cli import add_model_arguments, add_traffic_arguments, model_settings, read_config, traffic_of
+from tools.simulate.predict import Prediction, predict
+from tools.simulate.report import prediction_table
+from tools.simulate.workload import Workload
+
+log = logging.getLogger("simulate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.simulate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("predict", help="simulate one config under one load level")
+    add_model_arguments(p)
+    p.add_argument(
+        "--config", type=Path, default=MODEL_REPOSITORY / "encoder" / "config.pbtxt", help="encoder config.pbtxt (default: committed)"
+    )
+    add_traffic_arguments(p, lists=False)
+    p.add_argument("--requests", type=int, default=10_000, help="requests to simulate (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_verbosity_flags(p)
+
+    c = commands.add_parser("calibrate", help="measure a cost model on a server (local default, or --url)")
+    c.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "simulate" / "cost-model.json")
+    c.add_argument(
+        "--url", default=None, help="HTTP host:port of a running Triton in explicit model-control mode (default: start a local one)"
+    )
+    c.add_argument("--grpc-url", default=None, help="gRPC host:port of that server (default: same host, port 8001)")
+    add_admin_key_arguments(c)
+    c.add_argument("--batch-sizes", default="1,2,4,8,16,32", help="encoder batch sizes (default %(default)s)")
+    c.add_argument("--lengths", dest="seq_lengths", default="8,16,32,64,128", help="padded lengths in tokens (default %(default)s)")
+    c.add_argument("--max-tokens", type=int, default=2048, help="skip points with batch x length above this (default %(default)s)")
+    c.add_argument("--instances", default="1,2", help="encoder instance counts to measure (default %(default)s)")
+    c.add_argument("--repeats", type=int, default=5, help="executions per point (default %(default)s)")
+    c.add_argument("--no-plot", action="store_true")
+    add_verbosity_flags(c)
+
+    v = commands.add_parser("validate", help="predict and measure configs under several loads")
+    add_model_arguments(v)
+    v.add_argument("--configs", type=Path, required=True, help="YAML or JSON list of batching configs (docs/simulate.md)")
+    add_traffic_arguments(v, lists=True)
+    v.add_argument("--json", type=Path, required=True, help="write the rows here")
+    v.add_argument(
+        "--url", default=None, help="HTTP host:port of a running Triton in explicit model-control mode (default: start a local one)"
+    )
+    v.add_argument("--grpc-url", default=None)
+    add_admin_key_arguments(v)
+    v.add_argument("--measured", type=Path, default=None, help="reuse the measurements of an earlier validation OUT (no server)")
+    v.add_argument(
+        "--base-config",
+        type=Path,
+        default=MODEL_REPOSITORY / "encoder" / "config.pbtxt",
+        help="with --measured: the encoder config the configs were applied to (default: committed)",
+    )
+    v.add_argument("--requests", type=int, default=4000, help="requests per prediction (default %(default)s)")
+    v.add_argument("--no-plot", action="store_true")
+    add_verbosity_flags(v)
+    return parser
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    settings = model_settings(args)
+    encoder = BatcherSpec.from_config(read_config(args.config))
+    traffic = traffic_of(args.concurrency, args.rate, args)
+    workload = Workload(traffic, args.requests, settings.lengths, settings.cache_hit_rate)
+    started = time.perf_counter()
+    prediction: Prediction = predict(settings.cost, settings.steps(encoder), workload, settings.seed, settings.stall)
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({**prediction.to_dict(), "traffic": traffic.label(), "requests": args.requests, "wall_s": elapsed}))
+    else:
+        print(prediction_table(prediction, f"{args.config} under {traffic.label()}, {settings.lengths.describe()}"))
+        log.info("simulated %d requests in %.2f s", args.requests, elapsed)
+    return 0
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args)
+    if args.command == "predict":
+        return run_reporting_errors(lambda: run_predict(args), log)
+    if args.command == "calibrate":
+        from tools.simulate.calibrate import run_calibrate
+
+        return run_reporting_errors(lambda: run_calibrate(args), log)
+    from tools.simulate.validate import run_validate
+
+    return run_reporting_errors(lambda: run_validate(args), log)
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
