@@ -191,21 +191,16 @@ def served_models(model_config) -> tuple[str, ...]:
 
 def fetch_model_config(http_url: str, model: str) -> dict:
     """The served model's config, or a ValueError saying why there is none."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import InferenceServerException
+    from tools.triton_client import TritonClient, TritonError
 
-    client = httpclient.InferenceServerClient(http_url)
     try:
-        try:
-            ready = client.is_model_ready(model)
-            config = client.get_model_config(model) if ready else None
-        except InferenceServerException as exc:
-            raise ValueError(f"model {model!r} on the server at {http_url}: {exc.message()}") from None
-    finally:
-        client.close()
-    if config is None:
-        raise ValueError(f"model {model!r} is not ready on the server at {http_url} (not in its repository, or not loaded)")
-    return config
+        config = TritonClient(http_url).config(model, strict=False)
+    except TritonError as exc:
+        if exc.status is None:
+            raise ValueError(f"no Triton server answered at {http_url}: {exc}") from None
+        reason = "not in its repository, or not loaded"
+        raise ValueError(f"model {model!r} is not ready on the server at {http_url} ({reason}): {exc}") from None
+    return _as_dict(config)
 
 
 def check_target(http_url: str, target: Target) -> None:
