@@ -15,10 +15,10 @@ from export.manifest import IMPLICIT_SETTINGS, MANIFEST_NAME, ExportManifest, fi
 from export.precision import DEFAULT_INT8_METHOD, INT8_METHODS, PRECISIONS, PrecisionSpec
 from export.quality_gate import MIN_COSINE, MIN_NEIGHBOUR_OVERLAP, QualityGateError, QualityThresholds
 from export.source_model import SourceModel, SourceModelError, default_model_dir, inspect_model
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import EMBEDDING_OUTPUT
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import load_config, save_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config, save_config
 
 log = logging.getLogger("export")
 

@@ -5,7 +5,7 @@ profile's batch axis spans 1..`max_batch_size` with its optimum at the largest
 `preferred_batch_size` (encoder/config.pbtxt); its sequence axis spans the tokenizer's
 `pad_to_multiple_of` .. the truncation length in tokenizer.json. The engine is checked
 against ONNX Runtime on the same token ids before `model.plan` is written, and it goes
-to the generated repository (`tools.variant --kind tensorrt`), not over the committed
+to the generated repository (`tools.repo.variant --kind tensorrt`), not over the committed
 configs. Needs an NVIDIA GPU plus `pip install -r requirements-gpu.txt`
 (tensorrt, and polygraphy to run the engine for the parity check).
 """
@@ -28,9 +28,9 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from export.errors import ExportError, ParityError
-from tools.model_config import ModelConfig, load_config
 from tools.paths import BUILD_DIR
-from tools.variant import PLAN_NAME, VariantError, write_variant
+from tools.repo.model_config import ModelConfig, load_config
+from tools.repo.variant import PLAN_NAME, VariantError, write_variant
 
 log = logging.getLogger(__name__)
 

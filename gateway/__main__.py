@@ -15,8 +15,8 @@ import logging
 import sys
 
 from gateway.settings import SettingsError, add_gateway_arguments, settings_from_args
-from tools.local_triton import port_in_use
-from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.serve.local_triton import port_in_use
 
 log = logging.getLogger("gateway")
 

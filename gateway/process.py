@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import IO
 
 from gateway.settings import DEFAULT_PORT
-from tools.local_triton import port_in_use
 from tools.paths import REPO_ROOT
-from tools.process_group import stop_process_group, wait_for_http_ok
+from tools.serve.local_triton import port_in_use
+from tools.serve.process_group import stop_process_group, wait_for_http_ok
 
 log = logging.getLogger(__name__)
 

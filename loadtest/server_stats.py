@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools.loadgen.report import format_ms
-from tools.stats import ModelStats
+from tools.observe.stats import ModelStats
 from tools.triton_client import TritonClient
 
 MODELS = ("embed", "tokenizer", "encoder")

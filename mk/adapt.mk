@@ -11,4 +11,4 @@ adapt: export ## live delay controller against a p99 SLO (ADAPT_P99_MS, ADAPT_AR
 	$(PY) -m tools.adapt --model encoder --p99-ms $(ADAPT_P99_MS) $(ADAPT_ARGS)
 
 bench-adapt: export ## static configs vs the controller, report in reports/adapt/ (~5 min)
-	$(PY) -m tools.adaptive.evaluate --p99-ms $(ADAPT_P99_MS) $(BENCH_ADAPT_ARGS)
+	$(PY) -m tools.adapt.evaluate --p99-ms $(ADAPT_P99_MS) $(BENCH_ADAPT_ARGS)

@@ -11,4 +11,4 @@ bench-lengths: export ## padding policies batch, buckets and ragged side by side
 	$(PY) -m tools.bench.lengths $(BENCH_LENGTHS_ARGS)
 
 length-policy: export ## write build/lengths/<policy>: the repository with another padding policy (POLICY=batch|buckets|ragged)
-	$(PY) -m tools.length_policy --policy $(POLICY)
+	$(PY) -m tools.repo.length_policy --policy $(POLICY)

@@ -11,16 +11,16 @@ OPS_APT_PACKAGES := prometheus docker-compose
 .PHONY: stop metrics ops-deps ops-check gpu-variant prometheus-rule
 
 stop: $(STAMP) ## remove a Docker stack left running (`make serve RUNTIME=docker` removes its own on Ctrl-C)
-	$(PY) -m tools.docker_runtime down
+	$(PY) -m tools.serve.docker_runtime down
 
 metrics: $(STAMP) ## terminal summary of a running server's metrics (METRICS_ARGS="--interval 10")
-	$(PY) -m tools.metrics_summary $(METRICS_ARGS)
+	$(PY) -m tools.observe.metrics_summary $(METRICS_ARGS)
 
 gpu-variant: export ## generate build/gpu_repository from the committed configs
-	$(PY) -m tools.variant --kind gpu
+	$(PY) -m tools.repo.variant --kind gpu
 
 prometheus-rule: $(STAMP) ## regenerate deploy/k8s PrometheusRule from monitoring/prometheus/rules (a test checks it is current)
-	$(PY) -m tools.prometheus_rule
+	$(PY) -m tools.observe.prometheus_rule
 
 # Debian packages the ops tests use; missing ones are installed when apt-get can (root,
 # package index reachable). A failure only warns: the tests that need them then skip and say why.

@@ -6,4 +6,4 @@ PERF_INPUTS_ARGS ?=
 .PHONY: perf-inputs
 
 perf-inputs: export ## perf_analyzer --input-data files (embed TEXT, encoder token ids) and Model Analyzer configs in build/perf/
-	$(PY) -m tools.perf_inputs $(PERF_INPUTS_ARGS)
+	$(PY) -m tools.bench.perf_inputs $(PERF_INPUTS_ARGS)

@@ -7,10 +7,10 @@ OVERLOAD_ARGS ?=
 .PHONY: soak overload test-reliability
 
 soak: export ## steady load for SOAK_MINUTES at SOAK_RATE req/s: latency and memory drift
-	$(PY) -m tools.soak --minutes $(SOAK_MINUTES) --rate $(SOAK_RATE) $(SOAK_ARGS)
+	$(PY) -m tools.reliability.soak --minutes $(SOAK_MINUTES) --rate $(SOAK_RATE) $(SOAK_ARGS)
 
 overload: export ## load far above capacity: who is rejected, per priority (OVERLOAD_ARGS)
-	$(PY) -m tools.overload $(OVERLOAD_ARGS)
+	$(PY) -m tools.reliability.overload $(OVERLOAD_ARGS)
 
 test-reliability: export ## the reliability test tier (tests/reliability)
 	$(PY) -m pytest tests/reliability $(PYTEST_ARGS)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.local_triton import LocalTriton, ServerOptions, free_ports
 from tools.paths import MODEL_REPOSITORY
-from tools.repository_check import missing_artifacts
+from tools.repo.artifacts import missing_artifacts
+from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
 
 
 def start_triton(log_path: Path, **overrides) -> LocalTriton:

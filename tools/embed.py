@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import DEFAULT_GRPC_URL, DEFAULT_HTTP_URL, EMBEDDING_OUTPUT, TEXT_INPUT
-from tools.logsetup import add_verbosity_flags, configure_logging
 
 log = logging.getLogger("embed")
 

@@ -6,7 +6,7 @@ model, splitting the traffic evenly over n replicas, and finds for each config t
 fewest replicas whose p99 stays inside the SLO at the target rate plus headroom. The
 pick is the config needing the fewest replicas, then the lowest p99 at the target rate.
 The HPA target is the encoder's mean queue time per request at that load: scale out
-when the measured queue time rises above it (tools/prometheus_rule.py names the metric).
+when the measured queue time rises above it (tools/observe/prometheus_rule.py names the metric).
 
 Examples:
   python -m tools.plan --cost-model tools/simulate/cost_models/synthetic-gpu.json --rate 2000 --p99-ms 50
@@ -22,16 +22,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.command import run_reporting_errors
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import has_priority_queues
+from tools.cli.exit_status import run_reporting_errors
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import has_priority_queues
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config
 from tools.simulate.load_engine import Traffic, parse_priority_mix
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Workload
-from tools.tuning.space import Candidate, apply_candidate
+from tools.tune.space import Candidate, apply_candidate
 
 log = logging.getLogger("plan")
 

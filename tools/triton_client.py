@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.model_config import ModelConfig, to_override_json
-from tools.process_group import http_ok, wait_for_http_ok
-from tools.stats import ModelStats
+from tools.observe.stats import ModelStats
+from tools.repo.model_config import ModelConfig, to_override_json
+from tools.serve.process_group import http_ok, wait_for_http_ok
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class TritonError(RuntimeError):
 
     @property
     def restricted(self) -> bool:
-        """The model-control API wants the admin key (tools/admin_key.py)."""
+        """The model-control API wants the admin key (tools/serve/admin_key.py)."""
         return "restricted" in str(self)
 
 

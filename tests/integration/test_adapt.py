@@ -9,15 +9,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import start_triton
-from tools import adapt
-from tools.adaptive.live import with_delay
-from tools.adaptive.replay import Phase, phase_trace, replay
-from tools.admin_key import headers_for
+from tools.adapt import __main__ as adapt
+from tools.adapt.live import with_delay
+from tools.adapt.replay import Phase, phase_trace, replay
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
-from tools.local_triton import ServerOptions
+from tools.serve.admin_key import headers_for
+from tools.serve.local_triton import ServerOptions
 from tools.triton_client import TritonClient
-from tools.tuning.curve import encoder_batch, measure_curve
+from tools.tune.curve import encoder_batch, measure_curve
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> lis
 
 def light_rate(options: ServerOptions) -> float:
     """A quarter of the encoder's batch-1 capacity, measured on this server now (as
-    `tools.adaptive.evaluate` derives its low phase): light on any machine."""
+    `tools.adapt.evaluate` derives its low phase): light on any machine."""
     (point,) = measure_curve(options.http_url, "encoder", encoder_batch(32), [1], repeats=4)
     instances = sum(group.count or 1 for group in TritonClient(options.http_url).config("encoder").instance_group)
     return 0.25 * point.rows_per_s * instances

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from tools.local_triton import free_ports
 from tools.paths import REPO_ROOT
+from tools.serve.local_triton import free_ports
 
 pytestmark = pytest.mark.integration
 

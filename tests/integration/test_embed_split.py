@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tools.embed import EmbeddingClient
-from tools.local_triton import ServerOptions
+from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
-from tools.stats import ModelStats
+from tools.serve.local_triton import ServerOptions
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ import tritonclient.grpc as grpcclient
 
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
-from tools.length_policy import policy_configs
 from tools.load.requests import token_tensors
-from tools.padding_waste import PaddingCounts
+from tools.observe.padding_waste import PaddingCounts
+from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.stats import ModelStats
+from tools.repo.length_policy import policy_configs
 from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tools.bench.perf_inputs import write_inputs
 from tools.embed import EmbeddingClient
 from tools.loadgen.perf_csv import read_perf_csv
 from tools.paths import REPO_ROOT
-from tools.perf_inputs import write_inputs
 
 pytestmark = pytest.mark.integration
 

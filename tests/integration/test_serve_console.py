@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cli import LineCollector
-from tools.local_triton import free_ports
 from tools.paths import REPO_ROOT
-from tools.triton_console import EXPLANATION
+from tools.serve.local_triton import free_ports
+from tools.serve.triton_console import EXPLANATION
 
 pytestmark = pytest.mark.integration
 

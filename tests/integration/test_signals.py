@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cli import LineCollector
-from tools.local_triton import free_ports
 from tools.paths import REPO_ROOT
+from tools.serve.local_triton import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -70,8 +70,8 @@ def commands(tmp: Path) -> dict[str, list[str]]:
         "tune": ["tools.tune", "--model", "encoder", "--p99-ms", "5000", "--max-trials", "1", "--report-dir", str(tmp / "tune"),
                  "--output", str(tmp / "tune" / "config.pbtxt"), "--no-plots"],
         "loadgen": ["tools.loadgen", "--concurrency", "2", "--window", "30"],
-        "soak": ["tools.soak", "--minutes", "5", "--rate", "2", "--output", str(tmp / "soak")],
-        "overload": ["tools.overload", "--runs", "1", "--seconds", "60", "--rate", "20", "--output", str(tmp / "overload")],
+        "soak": ["tools.reliability.soak", "--minutes", "5", "--rate", "2", "--output", str(tmp / "soak")],
+        "overload": ["tools.reliability.overload", "--runs", "1", "--seconds", "60", "--rate", "20", "--output", str(tmp / "overload")],
         "bench": ["tools.bench", "--batch-sizes", "1", "--window", "0.5", "--concurrency", "1", "--no-model-analyzer",
                   "--winner", str(tmp / "none.pbtxt"), "--out", str(tmp / "bench")],
         "loadtest": ["loadtest.run", "--run-time", "120", "--users", "2", "--report-dir", str(tmp / "loadtest"),

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from tools.model_config import batching_problems, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.tuning.space import core_budget
+from tools.repo.model_config import batching_problems, load_config
+from tools.tune.space import core_budget
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import start_triton
-from tools.local_triton import LocalTriton
-from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.policy_repository import copy_repository
+from tools.repo.model_config import ModelConfig, load_config
+from tools.repo.policy_repository import copy_repository
+from tools.serve.local_triton import LocalTriton
 from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration

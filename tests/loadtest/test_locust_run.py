@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.local_triton import ServerOptions
 from tools.paths import REPO_ROOT
+from tools.serve.local_triton import ServerOptions
 
 pytestmark = pytest.mark.integration
 

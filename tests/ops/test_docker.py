@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from tests.ops.conftest import DOCKER_DIR, run, system_tool, venv_tool
-from tools.admin_key import AdminKeyError, restricted_api_flags, server_command
-from tools.local_triton import ServerOptions
-from tools.model_config import load_config
 from tools.paths import REPO_ROOT
-from tools.repository_check import missing_artifacts
-from tools.variant import DEFAULT_OUT, write_variant
+from tools.repo.artifacts import missing_artifacts
+from tools.repo.model_config import load_config
+from tools.repo.variant import DEFAULT_OUT, write_variant
+from tools.serve.admin_key import AdminKeyError, restricted_api_flags, server_command
+from tools.serve.local_triton import ServerOptions
 
 COMPOSE_FILE = DOCKER_DIR / "compose.yaml"
 TEST_KEY = "compose-test-key"
@@ -82,7 +82,7 @@ def test_every_mounted_folder_exists_and_every_model_config_parses(resolved_comp
 
 
 def test_compose_default_repository_is_the_generated_gpu_variant() -> None:
-    """Without the variable the stack mounts what `tools.variant --kind gpu` writes by default."""
+    """Without the variable the stack mounts what `tools.repo.variant --kind gpu` writes by default."""
     triton = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["triton"]
     source = next(v["source"] for v in triton["volumes"] if v["target"] == "/models")
     default = re.fullmatch(r"\$\{TRITON_MODEL_REPOSITORY:-(.+)\}", source).group(1)
@@ -105,11 +105,11 @@ def dockerfile_instruction(name: str) -> list[str]:
 
 
 def test_the_image_entrypoint_is_the_projects_admin_key_launcher() -> None:
-    """One definition of the restricted-API flags: the image runs tools/admin_key.py, which
+    """One definition of the restricted-API flags: the image runs tools/serve/admin_key.py, which
     appends what the local runtime appends (restricted_api_flags), then execs tritonserver."""
     (entrypoint,) = dockerfile_instruction("ENTRYPOINT")
     assert json.loads(entrypoint) == ["python3", "/opt/triton-embed/admin_key.py", "exec", "tritonserver"]
-    assert "tools/admin_key.py /opt/triton-embed/admin_key.py" in dockerfile_instruction("COPY")
+    assert "tools/serve/admin_key.py /opt/triton-embed/admin_key.py" in dockerfile_instruction("COPY")
 
 
 def test_the_build_context_sends_exactly_what_the_dockerfile_copies() -> None:

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.ops.conftest import DOCKER_DIR, K8S_DIR, run, system_tool, venv_tool
-from tools.docker_runtime import GATEWAY_COMPOSE_FILE
-from tools.variant import write_variant
+from tools.repo.variant import write_variant
+from tools.serve.docker_runtime import GATEWAY_COMPOSE_FILE
 
 
 def test_gateway_dockerfile_passes_hadolint() -> None:

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from tests.ops.conftest import K8S_DIR, MONITORING_DIR, run, system_tool, venv_tool
-from tools.admin_key import AdminKeyError, restricted_api_flags, server_command
-from tools.prometheus_rule import OUTPUT as PROMETHEUS_RULE
-from tools.prometheus_rule import render as render_prometheus_rule
+from tools.observe.prometheus_rule import OUTPUT as PROMETHEUS_RULE
+from tools.observe.prometheus_rule import render as render_prometheus_rule
+from tools.serve.admin_key import AdminKeyError, restricted_api_flags, server_command
 
 BASE_FILES = sorted((K8S_DIR / "base").glob("*.yaml"))
 LOADER = K8S_DIR / "model-loader" / "pod.yaml"
@@ -81,7 +81,7 @@ def triton_container(pod_spec: dict) -> dict:
 
 def test_model_control_is_restricted_with_the_key_from_a_secret(pod_spec: dict) -> None:
     container = triton_container(pod_spec)
-    assert "command" not in container, "the image's entrypoint (tools/admin_key.py) adds the restriction"
+    assert "command" not in container, "the image's entrypoint (tools/serve/admin_key.py) adds the restriction"
     assert "--model-control-mode=explicit" in container["args"]
     (key,) = [env for env in container["env"] if env["name"] == "TRITON_ADMIN_KEY"]
     assert key["valueFrom"]["secretKeyRef"] == {"name": "triton-admin-key", "key": "key"}
@@ -158,7 +158,7 @@ def test_servicemonitor_and_rules_carry_kube_prometheus_stacks_default_selector_
 
 
 def test_the_committed_prometheusrule_is_generated_from_the_rule_file() -> None:
-    assert PROMETHEUS_RULE.read_text() == render_prometheus_rule(), "run `python -m tools.prometheus_rule` and commit the result"
+    assert PROMETHEUS_RULE.read_text() == render_prometheus_rule(), "run `python -m tools.observe.prometheus_rule` and commit the result"
     rule = yaml.safe_load(PROMETHEUS_RULE.read_text())
     assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
     source = yaml.safe_load((MONITORING_DIR / "prometheus" / "rules" / "triton.yml").read_text())

@@ -1,4 +1,4 @@
-"""`make metrics` (python -m tools.metrics_summary) against the real local Triton."""
+"""`make metrics` (python -m tools.observe.metrics_summary) against the real local Triton."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import pytest
 
 from tools.embed import EmbeddingClient
-from tools.local_triton import ServerOptions, free_ports
-from tools.metrics_summary import metrics_by_model, read_server, summary_rows
+from tools.observe.metrics_summary import metrics_by_model, read_server, summary_rows
+from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
-from tools.stats import ModelStats
+from tools.serve.local_triton import ServerOptions, free_ports
 from tools.triton_client import parse_metrics
 
 
@@ -30,7 +30,15 @@ def test_parser_reads_labels_and_failure_reasons() -> None:
 def test_unreachable_server_fails_non_zero_with_a_hint() -> None:
     (port,) = free_ports(1)
     result = subprocess.run(
-        [sys.executable, "-m", "tools.metrics_summary", "--url", f"127.0.0.1:{port}", "--metrics-url", f"http://127.0.0.1:{port}/metrics"],
+        [
+            sys.executable,
+            "-m",
+            "tools.observe.metrics_summary",
+            "--url",
+            f"127.0.0.1:{port}",
+            "--metrics-url",
+            f"http://127.0.0.1:{port}/metrics",
+        ],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -65,7 +73,7 @@ def test_window_figures_count_exactly_the_requests_sent(triton: ServerOptions) -
 @pytest.mark.integration
 def test_cli_prints_one_row_per_model(triton: ServerOptions) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tools.metrics_summary", "--url", triton.http_url, "--metrics-url", triton.metrics_url],
+        [sys.executable, "-m", "tools.observe.metrics_summary", "--url", triton.http_url, "--metrics-url", triton.metrics_url],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.docker_runtime import (
+from tools.paths import REPO_ROOT
+from tools.serve.__main__ import build_parser, choose_runtime, refused_flags
+from tools.serve.docker_runtime import (
     GATEWAY_COMPOSE_FILE,
     DockerCheck,
     DockerUnavailable,
@@ -28,9 +30,7 @@ from tools.docker_runtime import (
     compose_environment,
     compose_file_args,
 )
-from tools.local_triton import ServerOptions, free_ports
-from tools.paths import REPO_ROOT
-from tools.serve import build_parser, choose_runtime, refused_flags
+from tools.serve.local_triton import ServerOptions, free_ports
 
 GPU_LINE = "GPU 0: NVIDIA L4 (UUID: GPU-0b1f)"
 NVIDIA_INFO = {

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from export.tensorrt_engine import gpu_problems, parity_batches, profile_from_configs
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.model_config import load_config
 
 TOKENIZER_JSON = MODEL_REPOSITORY / "tokenizer" / "1" / "tokenizer.json"
 

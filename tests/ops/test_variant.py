@@ -8,10 +8,10 @@ import sys
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from tools.model_config import ModelConfig, batching_problems, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.repository_check import missing_artifacts
-from tools.variant import VariantError, native_padding_configs, variant_config, write_variant
+from tools.repo.artifacts import missing_artifacts
+from tools.repo.model_config import ModelConfig, batching_problems, load_config
+from tools.repo.variant import VariantError, native_padding_configs, variant_config, write_variant
 
 GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 
@@ -87,7 +87,7 @@ def test_the_committed_repository_is_never_overwritten() -> None:
 
 def test_cli_writes_the_variant_and_fails_non_zero_on_errors(tmp_path) -> None:
     ok = subprocess.run(
-        [sys.executable, "-m", "tools.variant", "--kind", "gpu", "--out", str(tmp_path / "gpu")],
+        [sys.executable, "-m", "tools.repo.variant", "--kind", "gpu", "--out", str(tmp_path / "gpu")],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -95,7 +95,7 @@ def test_cli_writes_the_variant_and_fails_non_zero_on_errors(tmp_path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert "encoder: onnxruntime_onnx on KIND_GPU" in ok.stderr
     failed = subprocess.run(
-        [sys.executable, "-m", "tools.variant", "--kind", "tensorrt", "--out", str(tmp_path / "trt")],
+        [sys.executable, "-m", "tools.repo.variant", "--kind", "tensorrt", "--out", str(tmp_path / "trt")],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -104,7 +104,7 @@ def test_cli_writes_the_variant_and_fails_non_zero_on_errors(tmp_path) -> None:
 
 
 def test_a_ragged_source_becomes_the_buckets_policy_in_the_gpu_variants(tmp_path) -> None:
-    from tools.length_policy import policy_of, write_policy_repository
+    from tools.repo.length_policy import policy_of, write_policy_repository
 
     ragged = write_policy_repository("ragged", tmp_path / "ragged")
     assert policy_of(load_config(ragged / "tokenizer"), load_config(ragged / "encoder")) == "ragged"

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import start_triton
-from tools.local_triton import LocalTriton
-from tools.overload import bounded_repository
+from tools.reliability.overload import bounded_repository
+from tools.serve.local_triton import LocalTriton
 
 
 @pytest.fixture(scope="module")

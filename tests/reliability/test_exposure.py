@@ -13,11 +13,18 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tools.admin_key import AdminKeyError, model_control_requested, read_key_file, restricted_api_flags, server_command, write_key_file
-from tools.local_triton import ServerOptions, TritonInstallation, TritonStartError, build_command
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.server_session import triton_endpoints
+from tools.repo.model_config import load_config
+from tools.serve.admin_key import (
+    AdminKeyError,
+    model_control_requested,
+    read_key_file,
+    restricted_api_flags,
+    server_command,
+    write_key_file,
+)
+from tools.serve.local_triton import ServerOptions, TritonInstallation, TritonStartError, build_command
+from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonClient, TritonError
 
 
@@ -68,7 +75,7 @@ echo "KEY_IN_ENV ${TRITON_ADMIN_KEY:-no}"
 
 
 def run_entrypoint(tmp_path: Path, env_key: str | None, *server_args: str) -> subprocess.CompletedProcess:
-    """tools/admin_key.py as the image runs it: a lone script (`python3 admin_key.py exec ...`);
+    """tools/serve/admin_key.py as the image runs it: a lone script (`python3 admin_key.py exec ...`);
     -I keeps the repository (and the script's folder) off sys.path, as in the image."""
     fake = tmp_path / "tritonserver"
     fake.write_text(FAKE_TRITONSERVER)
@@ -77,7 +84,7 @@ def run_entrypoint(tmp_path: Path, env_key: str | None, *server_args: str) -> su
     env["PATH"] = f"{tmp_path}{os.pathsep}{env['PATH']}"
     if env_key is not None:
         env["TRITON_ADMIN_KEY"] = env_key
-    script = REPO_ROOT / "tools" / "admin_key.py"
+    script = REPO_ROOT / "tools" / "serve" / "admin_key.py"
     command = [sys.executable, "-I", str(script), "exec", "tritonserver", *server_args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
 

@@ -17,9 +17,9 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tools.embed import client_module
-from tools.local_triton import LocalTriton
-from tools.overload import OVERLOAD_FACTOR, overload_rate, run_overload
-from tools.stats import ModelStats
+from tools.observe.stats import ModelStats
+from tools.reliability.overload import OVERLOAD_FACTOR, overload_rate, run_overload
+from tools.serve.local_triton import LocalTriton
 from tools.triton_client import metric_total
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tritonclient.utils import InferenceServerException
 
 from tools.embed import EmbeddingClient, text_input
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from tools.loadgen import embed_target
 from tools.loadgen.measure import measure_capacity
-from tools.soak import run_soak, write_report
+from tools.reliability.soak import run_soak, write_report
 
 pytestmark = pytest.mark.integration
 

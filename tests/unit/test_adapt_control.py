@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from tools.adaptive.control import DOWN, HOLD, UP, Controller, ControlSettings, Observation, next_delay, want
-from tools.adaptive.observe import WindowCounters, busy_ns, observation
-from tools.stats import ModelStats
+from tools.adapt.control import DOWN, HOLD, UP, Controller, ControlSettings, Observation, next_delay, want
+from tools.adapt.observe import WindowCounters, busy_ns, observation
+from tools.observe.stats import ModelStats
 
 SETTINGS = ControlSettings(p99_ms=100, min_interval_s=6.0, confirm_windows=2, step_up_us=2000, max_delay_us=10_000)
 

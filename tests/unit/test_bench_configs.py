@@ -7,9 +7,9 @@ import pytest
 from tools.bench.__main__ import Group, measure_groups, model_analyzer_pick, parse_configs, preset_group, preset_row, without_batching
 from tools.bench.render import LevelComparison, compare_levels, verdict_line
 from tools.loadgen import Traffic
-from tools.model_config import ModelConfig, batching_problems, has_priority_queues, load_config
 from tools.paths import MODEL_REPOSITORY
-from tools.presets import PRESETS, preset_configs
+from tools.repo.model_config import ModelConfig, batching_problems, has_priority_queues, load_config
+from tools.repo.presets import PRESETS, preset_configs
 
 
 def test_model_analyzer_pick_is_the_default_batcher_on_one_instance_held_to_batches_of_8() -> None:

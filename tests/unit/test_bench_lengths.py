@@ -6,8 +6,8 @@ import pytest
 
 from tools.bench.lengths import parse_args
 from tools.bench.lengths_report import comparison_lines, packing_efficiency, render_markdown
-from tools.length_policy import run as length_policy_run
-from tools.padding_waste import PaddingCounts
+from tools.observe.padding_waste import PaddingCounts
+from tools.repo.length_policy import run as length_policy_run
 from tools.triton_client import parse_metrics
 
 METRICS = """# HELP ort_tokens_real_total Real tokens

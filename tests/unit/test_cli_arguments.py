@@ -32,13 +32,13 @@ BAD = [
     (["tools.tune", "--p99-ms", "-5", *NOWHERE], "--p99-ms"),
     (["tools.tune", "--p99-ms", "50", "--max-trials", "0", *NOWHERE], "--max-trials must be at least 1"),
     (["tools.tune", "--p99-ms", "50", "--window", "0", *NOWHERE], "--window"),
-    (["tools.soak", "--rate", "-1"], "--rate must be a number above 0"),
-    (["tools.soak", "--minutes", "0"], "--minutes must be a number above 0"),
-    (["tools.soak", "--window", "0"], "--window must be a number above 0"),
-    (["tools.overload", "--rate", "0"], "--rate must be a number above 0"),
-    (["tools.overload", "--runs", "0"], "--runs must be at least 1"),
-    (["tools.overload", "--seconds", "0"], "--seconds must be at least 1"),
-    (["tools.overload", "--queue", "0"], "--queue must be at least 1"),
+    (["tools.reliability.soak", "--rate", "-1"], "--rate must be a number above 0"),
+    (["tools.reliability.soak", "--minutes", "0"], "--minutes must be a number above 0"),
+    (["tools.reliability.soak", "--window", "0"], "--window must be a number above 0"),
+    (["tools.reliability.overload", "--rate", "0"], "--rate must be a number above 0"),
+    (["tools.reliability.overload", "--runs", "0"], "--runs must be at least 1"),
+    (["tools.reliability.overload", "--seconds", "0"], "--seconds must be at least 1"),
+    (["tools.reliability.overload", "--queue", "0"], "--queue must be at least 1"),
 ]
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import adapt, tune
-from tools.adaptive import evaluate
-from tools.cli_settings import settings_from
+from tools.adapt import __main__ as adapt
+from tools.adapt import evaluate
+from tools.cli.settings import settings_from
+from tools.tune import __main__ as tune
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from gateway.errors import connection_dropped, from_triton
 from gateway.schema import EmbeddingRequest, render_response
 from gateway.settings import GatewaySettings, SettingsError, keys_from, read_keys_file
 from gateway.triton import chunks, model_info
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.interrupts import Interrupted, _Guard
 from tools.paths import REPO_ROOT
+from tools.serve.interrupts import Interrupted, _Guard
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_a_second_signal_while_stopping_kills_the_server_instead_of_interrupting
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_uncaught_it_exits_with_128_plus_the_signal_and_no_traceback(signum: int) -> None:
-    code = f"from tools.interrupts import Interrupted\nraise Interrupted({int(signum)})"
+    code = f"from tools.serve.interrupts import Interrupted\nraise Interrupted({int(signum)})"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert result.returncode == 128 + signum
     assert result.stderr == ""

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from tools.length_policy import POLICIES, gpu_variant_problem, policy_configs, policy_of, write_policy_repository
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
-from tools.variant import VariantError, variant_config
+from tools.repo.length_policy import POLICIES, gpu_variant_problem, policy_configs, policy_of, write_policy_repository
+from tools.repo.model_config import load_config
+from tools.repo.variant import VariantError, variant_config
 
 
 def _tokenizer_module(name: str):

@@ -6,7 +6,15 @@ import socket
 
 import pytest
 
-from tools.local_triton import LocalTriton, ServerOptions, TritonInstallation, TritonStartError, build_command, free_ports, port_in_use
+from tools.serve.local_triton import (
+    LocalTriton,
+    ServerOptions,
+    TritonInstallation,
+    TritonStartError,
+    build_command,
+    free_ports,
+    port_in_use,
+)
 
 
 def test_a_listening_port_is_reported_in_use() -> None:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tools.model_config import (
+from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import (
     ModelConfig,
     batching_problems,
     config_from_dict,
@@ -16,7 +17,6 @@ from tools.model_config import (
     save_config,
     to_override_json,
 )
-from tools.paths import MODEL_REPOSITORY
 
 COMMITTED_MODELS = ("tokenizer", "encoder", "embed")
 BATCHING_MODELS = ("tokenizer", "encoder")
@@ -134,7 +134,7 @@ def test_override_json_is_a_valid_model_config() -> None:
 
 
 def test_a_queue_timeout_keeps_its_reject_action_explicit_when_written() -> None:
-    from tools.model_config import format_config, parse_config
+    from tools.repo.model_config import format_config, parse_config
 
     config = load_config(MODEL_REPOSITORY / "encoder")
     text = format_config(config)

@@ -10,19 +10,19 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from tools.adaptive.replay import Phase, window_figures
-from tools.adaptive.report import best_static, phase_summary, render_markdown, verdict
+from tools.adapt.replay import Phase, window_figures
+from tools.adapt.report import best_static, phase_summary, render_markdown, verdict
 from tools.bench.render import render_markdown as render_bench
 from tools.load.engine import Record
 from tools.load.results import ClassResult, LatencySummary, Results
 from tools.loadgen.report import LoadResult, ServerWindow
-from tools.overload import LevelRow, OverloadResult, markdown_table
-from tools.soak import SoakReport, Window
-from tools.stats import ModelStats
-from tools.tuning.objectives import score
-from tools.tuning.report import write_trials
-from tools.tuning.session import Trial
-from tools.tuning.space import Candidate
+from tools.observe.stats import ModelStats
+from tools.reliability.overload import LevelRow, OverloadResult, markdown_table
+from tools.reliability.soak import SoakReport, Window
+from tools.tune.objectives import score
+from tools.tune.report import write_trials
+from tools.tune.session import Trial
+from tools.tune.space import Candidate
 
 FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")
 

@@ -1,4 +1,4 @@
-"""The local ONNX Runtime backend's execute() (tools/backends/onnxruntime/model.py) against a
+"""The local ONNX Runtime backend's execute() (tools/serve/backends/onnxruntime/model.py) against a
 fake of Triton's Python-backend module.
 
 The behaviour is checked on a tiny ONNX graph built here with the encoder's structure
@@ -17,11 +17,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, save
 
 from tests.unit import fake_pb_utils as fake
-from tools.length_policy import policy_configs, set_encoder_policy
-from tools.model_config import load_config, to_override_json
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.length_policy import policy_configs, set_encoder_policy
+from tools.repo.model_config import load_config, to_override_json
 
-BACKEND = REPO_ROOT / "tools" / "backends" / "onnxruntime" / "model.py"
+BACKEND = REPO_ROOT / "tools" / "serve" / "backends" / "onnxruntime" / "model.py"
 VOCABULARY, POSITIONS, WIDTH = 50, 12, 4
 rng = np.random.default_rng(0)
 WORDS = rng.normal(size=(VOCABULARY, WIDTH)).astype(np.float32)
@@ -191,7 +191,7 @@ PINNED_SPLIT = {"split_cost_per_run_us": "10", "split_cost_per_token_us": "1"}
 
 
 def ragged_config(pinned: bool = True, **parameters: str) -> dict:
-    """The encoder config the ragged policy writes (tools.length_policy), with the tiny graph's width."""
+    """The encoder config the ragged policy writes (tools.repo.length_policy), with the tiny graph's width."""
     _, config = policy_configs(MODEL_REPOSITORY, "ragged")
     del config.output[0].dims[:]
     config.output[0].dims.append(WIDTH)

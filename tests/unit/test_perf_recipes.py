@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from tools.bench.perf_inputs import write_inputs
 from tools.loadgen.perf_csv import COLUMNS, read_perf_csv, write_perf_csv
 from tools.loadgen.report import LatencySummary, LoadResult, ServerWindow
-from tools.local_triton import ServerOptions, TritonInstallation, build_command
-from tools.perf_inputs import write_inputs
+from tools.serve.local_triton import ServerOptions, TritonInstallation, build_command
 
 GOLDEN = Path(__file__).parent / "data" / "perf_analyzer_2.40.csv"
 

@@ -15,8 +15,8 @@ from export.quality_gate import QualityGateError, QualityReport, QualityThreshol
 from export.quality_texts import text_sets
 from export.serving_tokenizer import serving_tokenizer
 from export.source_model import default_model_dir, inspect_model
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config
 
 ENCODER = MODEL_REPOSITORY / "encoder" / "1" / "model.onnx"
 

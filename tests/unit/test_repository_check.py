@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from tools.paths import MODEL_REPOSITORY
-from tools.repository_check import missing_artifacts
+from tools.repo.artifacts import missing_artifacts
 
 
 def copy_configs(destination) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.stats import ModelStats
+from tools.observe.stats import ModelStats
 from tools.triton_client import TritonClient
 
 

@@ -14,8 +14,8 @@ import pytest
 import export.tensorrt_engine as engine
 from export.cli import run
 from export.errors import ExportError, ParityError
-from tools.model_config import load_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config
 
 ENCODER = load_config(MODEL_REPOSITORY / "encoder")
 IDS, MASK = (tensor.name for tensor in ENCODER.input)

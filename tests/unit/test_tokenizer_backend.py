@@ -13,9 +13,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.unit import fake_pb_utils as fake
-from tools.length_policy import set_tokenizer_policy
-from tools.model_config import load_config, to_override_json
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.length_policy import set_tokenizer_policy
+from tools.repo.model_config import load_config, to_override_json
 
 MODEL_DIR = MODEL_REPOSITORY / "tokenizer"
 TOKENIZER_JSON = MODEL_DIR / "1" / "tokenizer.json"

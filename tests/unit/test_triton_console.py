@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from tools.triton_console import EXPLANATION, CudaNoiseFilter, forward
+from tools.serve.triton_console import EXPLANATION, CudaNoiseFilter, forward
 
 # Triton 2.51's own lines on a host without an NVIDIA driver (`make serve`, 2026-12).
 NO_GPU_START = [

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tools.loadgen.report import ClassResult, LatencySummary, LoadResult
-from tools.tuning.objectives import score
-from tools.tuning.session import Checkpoint, Trial, Tuner
-from tools.tuning.space import Candidate, SearchSpace
-from tools.tuning.strategies import GridSearch
+from tools.tune.objectives import score
+from tools.tune.session import Checkpoint, Trial, Tuner
+from tools.tune.space import Candidate, SearchSpace
+from tools.tune.strategies import GridSearch
 
 
 def result(throughput: float, p99: float, errors: int = 0, interactive_p99: float | None = None) -> LoadResult:
@@ -63,8 +63,8 @@ def test_mixed_objective_judges_priority_one_latency_only() -> None:
 
 
 def test_interrupted_sweep_resumes_without_measuring_again(tmp_path) -> None:
-    from tools.model_config import load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import load_config
 
     space = SearchSpace([32], [0, 1000, 2000])
     measured: list[int] = []
@@ -100,8 +100,8 @@ def test_checkpoint_of_another_sweep_is_ignored(tmp_path) -> None:
 
 
 def test_a_confirmed_finalist_keeps_its_worse_run(tmp_path) -> None:
-    from tools.model_config import load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import load_config
 
     runs = iter([[result(200, 100)], [result(200, 600)]])  # the second run meets a stall
     tuner = Tuner(load_config(MODEL_REPOSITORY / "encoder"), lambda: next(runs), lambda config: None, 250, "throughput-slo",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.tuning.objectives import Score
-from tools.tuning.space import (
+from tools.tune.objectives import Score
+from tools.tune.space import (
     Candidate,
     SearchSpace,
     apply_candidate,
@@ -15,7 +15,7 @@ from tools.tuning.space import (
     preferred_options,
     with_instances,
 )
-from tools.tuning.strategies import GridSearch, HillClimb
+from tools.tune.strategies import GridSearch, HillClimb
 
 
 def drive(strategy, measure) -> list[Candidate]:
@@ -86,8 +86,8 @@ def test_unknown_preferred_style_is_refused() -> None:
 
 
 def test_candidate_applies_to_the_committed_encoder_config_consistently() -> None:
-    from tools.model_config import batching_problems, load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import batching_problems, load_config
 
     base = load_config(MODEL_REPOSITORY / "encoder")
     config = apply_candidate(base, Candidate(4, (2, 4), 750, 2))
@@ -103,16 +103,16 @@ def test_candidate_applies_to_the_committed_encoder_config_consistently() -> Non
 
 
 def test_inconsistent_candidate_is_refused_before_loading() -> None:
-    from tools.model_config import load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import load_config
 
     with pytest.raises(ValueError, match="preferred_batch_size 8 is outside"):
         apply_candidate(load_config(MODEL_REPOSITORY / "encoder"), Candidate(4, (8,), 0))
 
 
 def test_a_candidate_without_priority_queues_drops_levels_and_policies_only() -> None:
-    from tools.model_config import batching_problems, load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import batching_problems, load_config
 
     base = load_config(MODEL_REPOSITORY / "encoder")
     config = apply_candidate(base, Candidate(32, (8,), 0, 1, priority_queues=False))
@@ -146,7 +146,7 @@ def test_the_key_marks_only_candidates_without_priority_queues() -> None:
 
 
 def test_hill_climb_measures_its_seeds_first_and_climbs_from_the_best_start() -> None:
-    from tools.tuning.strategies import triton_default
+    from tools.tune.strategies import triton_default
 
     space = SearchSpace([32], [0, 1000, 2000, 4000, 8000], ("none", "8"), [1, 2], priority_queues=[True, False])
     seed = triton_default(space)
@@ -159,8 +159,8 @@ def test_hill_climb_measures_its_seeds_first_and_climbs_from_the_best_start() ->
 
 def test_candidates_keep_the_base_core_budget_and_state_threads_per_instance() -> None:
     """Explicit thread counts: the native backend would give each instance every core otherwise."""
-    from tools.model_config import load_config, parse_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import load_config, parse_config
 
     base = load_config(MODEL_REPOSITORY / "encoder")
     budget = core_budget(base)
@@ -173,8 +173,8 @@ def test_candidates_keep_the_base_core_budget_and_state_threads_per_instance() -
 
 
 def test_models_not_on_onnx_runtime_get_no_thread_parameter() -> None:
-    from tools.model_config import load_config
     from tools.paths import MODEL_REPOSITORY
+    from tools.repo.model_config import load_config
 
     tokenizer = with_instances(load_config(MODEL_REPOSITORY / "tokenizer"), 2)
     assert tokenizer.instance_group[0].count == 2

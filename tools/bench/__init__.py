@@ -1,1 +1,3 @@
-"""`make bench`: the raw engine, Triton's batching configs and a naive batcher, side by side."""
+"""Benchmarks: `python -m tools.bench` (`make bench`) sets the raw engine, Triton's batching
+configs and a naive batcher side by side; `lengths`, `padding`, `precision`, `gateway` and
+`perf_analyzer_check` measure one question each; `perf_inputs` feeds NVIDIA's perf_analyzer."""

@@ -3,7 +3,7 @@
 1. the raw engine: in-process ONNX Runtime rows/s at batch sizes 1..64 (the ceiling);
 2. Triton, configs applied live through the model-control API, each at several
    concurrencies and at a Poisson rate:
-   - every scenario preset (tools/presets.py; mixed is the committed config) beside its
+   - every scenario preset (tools/repo/presets.py; mixed is the committed config) beside its
      twin without dynamic batching (the same tokenizer, encoder instances and threads, no
      `dynamic_batching`), the two taking turns level by level (AB, BA, AB...), so that a
      preset and its twin meet the same neighbours' load on a shared machine;
@@ -28,17 +28,17 @@ from pathlib import Path
 from tools.bench.engine import NaiveBatcher, drive_naive, open_session, raw_curve
 from tools.bench.machine import cpu_description
 from tools.bench.render import render_markdown
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, embed_target, encoder_target, run_load
 from tools.loadgen.report import format_ms
-from tools.local_triton import TritonStartError
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.presets import PRESETS, PresetError, preset_configs
-from tools.repository_check import ensemble_batch_floor
-from tools.server_session import triton_endpoints
+from tools.repo.artifacts import ensemble_batch_floor
+from tools.repo.model_config import ModelConfig, load_config
+from tools.repo.presets import PRESETS, PresetError, preset_configs
+from tools.serve.local_triton import TritonStartError
+from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonError, load_with_config
-from tools.tuning.space import core_budget, with_instances
+from tools.tune.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
 

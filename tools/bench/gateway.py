@@ -32,16 +32,16 @@ import numpy as np
 
 from gateway.process import GatewayProcess
 from tools.bench.machine import cpu_description
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.engine import Prepared, drive
 from tools.load.mix import Request
 from tools.load.outcomes import OK
 from tools.load.requests import SAMPLE_TEXTS
 from tools.load.schedules import ClosedLoop, Phase
-from tools.local_triton import free_ports
-from tools.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, REPO_ROOT
-from tools.process_group import stop_process_group, wait_for_http_ok
-from tools.server_session import triton_endpoints
+from tools.serve.local_triton import free_ports
+from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.serve.server_session import triton_endpoints
 
 log = logging.getLogger("bench.gateway")
 

@@ -3,7 +3,7 @@
 Real embedding traffic mixes short queries with long passages, and Triton's batcher
 joins only equal shapes, so the padding policy decides how much of the compute is
 padding. One run, one local server, the policies applied by live config reloads
-(tools/length_policy.py: batch, buckets, ragged), each measured on the same mixed
+(tools/repo/length_policy.py: batch, buckets, ragged), each measured on the same mixed
 workload (tools/load/mixed_texts.py) at closed-loop concurrencies and at one Poisson
 rate derived from the first policy's measured capacity. Reported side by side:
 requests/s, useful (real) tokens/s, padding waste from the server's own counters
@@ -27,18 +27,18 @@ from pathlib import Path
 from tools.bench.engine import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
 from tools.bench.machine import cpu_line, describe_cpu
-from tools.command import run_reporting_errors
-from tools.length_policy import POLICIES, policy_configs
+from tools.cli.exit_status import run_reporting_errors
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, mixed_target, run_load
 from tools.loadgen.cli_args import length_mix_from_args, number_list
 from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import parse_priority_mix
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import load_config
-from tools.padding_waste import PaddingCounts
+from tools.observe.padding_waste import PaddingCounts
+from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.server_session import triton_endpoints
-from tools.stats import ModelStats
+from tools.repo.length_policy import POLICIES, policy_configs
+from tools.repo.model_config import load_config
+from tools.serve.server_session import triton_endpoints
 from tools.triton_client import load_with_config
 
 log = logging.getLogger("bench-lengths")

@@ -21,13 +21,13 @@ import logging
 import sys
 from pathlib import Path
 
-from tools.length_policy import set_encoder_policy, set_tokenizer_policy
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, embed_target, run_load
 from tools.loadgen.report import format_ms
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
-from tools.server_session import triton_endpoints
+from tools.repo.length_policy import set_encoder_policy, set_tokenizer_policy
+from tools.repo.model_config import ModelConfig, load_config
+from tools.serve.server_session import triton_endpoints
 from tools.triton_client import load_with_config
 
 log = logging.getLogger("padding")

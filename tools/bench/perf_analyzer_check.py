@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, encoder_target, run_load
 from tools.loadgen.perf_csv import read_perf_csv
-from tools.local_triton import TritonInstallation
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.model_config import load_config, without_priority_queues
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
-from tools.server_session import triton_endpoints
+from tools.repo.model_config import load_config, without_priority_queues
+from tools.serve.local_triton import TritonInstallation
+from tools.serve.server_session import triton_endpoints
 from tools.triton_client import load_with_config
 
 log = logging.getLogger("perf_analyzer_check")

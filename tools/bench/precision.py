@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.precision import PrecisionSpec
-from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
 log = logging.getLogger("bench.precision")
@@ -104,7 +104,7 @@ def build_variants(names: list[str], source: Path, work: Path) -> dict[str, Path
 def _tokenizer():
     from export.serving_tokenizer import serving_tokenizer
     from export.source_model import default_model_dir, inspect_model
-    from tools.model_config import load_config
+    from tools.repo.model_config import load_config
 
     tokenizer = serving_tokenizer(inspect_model(default_model_dir()))
     multiple = int(load_config(MODEL_REPOSITORY / "tokenizer").parameters["pad_to_multiple_of"].string_value or 1)

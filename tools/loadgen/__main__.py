@@ -14,14 +14,14 @@ import logging
 import sys
 from pathlib import Path
 
-from tools.command import run_reporting_errors
+from tools.cli.exit_status import run_reporting_errors
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
 from tools.loadgen.perf_csv import write_perf_csv
 from tools.loadgen.report import LoadResult
-from tools.logsetup import add_verbosity_flags, configure_logging
-from tools.server_session import triton_endpoints
+from tools.serve.server_session import triton_endpoints
 
 log = logging.getLogger("loadgen")
 

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from tools.admin_key import add_admin_key_arguments
-from tools.command import run_reporting_errors
-from tools.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.exit_status import run_reporting_errors
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.serve.admin_key import add_admin_key_arguments
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import add_model_arguments, add_traffic_arguments, model_settings, read_config, traffic_of
 from tools.simulate.predict import Prediction, predict

@@ -1,6 +1,6 @@
 """What the simulator needs from a model's config.pbtxt, and what it cannot represent.
 
-Read through the protobuf schema (tools/model_config.py), so a config the simulator
+Read through the protobuf schema (tools/repo/model_config.py), so a config the simulator
 accepts is one Triton could load; anything whose scheduling the simulator does not model
 (sequence batching, an ensemble passed as a step) is refused with the reason.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tools.model_config import ModelConfig, batching_problems, has_priority_queues
+from tools.repo.model_config import ModelConfig, batching_problems, has_priority_queues
 
 REJECT, DELAY = "REJECT", "DELAY"
 

@@ -6,8 +6,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.model_config import ModelConfig, load_config
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import ModelConfig, load_config
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
 from tools.simulate.load_engine import Traffic, load_trace, parse_priority_mix

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.model_config import ModelConfig
-from tools.tuning.space import Candidate, apply_candidate, with_instances
+from tools.repo.model_config import ModelConfig
+from tools.tune.space import Candidate, apply_candidate, with_instances
 
 FIELDS = (
     "name",

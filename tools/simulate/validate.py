@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.admin_key import resolve_admin_key
+from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
@@ -133,7 +133,7 @@ def predict_like(settings, spec: BatcherSpec, traffic: Traffic, requests: int, w
 
 
 def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
-    from tools.server_session import triton_endpoints
+    from tools.serve.server_session import triton_endpoints
 
     rows: list[dict] = []
     with triton_endpoints(

@@ -16,7 +16,7 @@ requests can share an encoder execution, and how many padding tokens it computes
   receives).
 
 Chosen by the tokenizer's config parameters `padding`, `length_buckets` and
-`pad_to_multiple_of` (tools/length_policy.py writes them).
+`pad_to_multiple_of` (tools/repo/length_policy.py writes them).
 """
 
 from __future__ import annotations

@@ -1,6 +1,0 @@
-"""An SLO-driven controller that retunes the dynamic batcher's delay while traffic changes.
-
-`control` holds the control law (pure, no server); `observe` turns Triton's statistics
-into per-window observations; `live` runs the law against a server and applies changes
-through the model-control API; `replay` and `evaluate` compare it with static configs.
-"""

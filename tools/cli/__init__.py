@@ -1,0 +1,1 @@
+"""What every command line shares: `-q`/`-v` logging, typed settings, exit statuses."""

@@ -1,0 +1,53 @@
+"""Which exported artifacts a model repository still lacks.
+
+Conventions: an ONNX Runtime model needs its model file in each version folder; a
+Python-backend model needs `model.py` plus every file named by a config parameter whose
+key ends in `_file` (the tokenizer's `tokenizer_file`, for example).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.repo.model_config import CONFIG_NAME, ModelConfig, load_config
+
+DEFAULT_MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "tensorrt_plan": "model.plan"}
+
+
+def required_files(config: ModelConfig) -> list[str]:
+    if config.platform == "ensemble":
+        return []
+    if config.backend == "python":
+        named = [value.string_value for key, value in config.parameters.items() if key.endswith("_file")]
+        return ["model.py", *sorted(named)]
+    default = DEFAULT_MODEL_FILES.get(config.platform or config.backend)
+    return [config.default_model_filename or default] if default else []
+
+
+def version_folders(model_dir: Path) -> list[Path]:
+    return sorted(path for path in model_dir.iterdir() if path.is_dir() and path.name.isdigit())
+
+
+def missing_artifacts(repository: Path) -> list[Path]:
+    missing: list[Path] = []
+    for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
+        config = load_config(model_dir)
+        files = required_files(config)
+        versions = version_folders(model_dir)
+        if files and not versions:
+            missing.append(model_dir / "1")
+        for version in versions:
+            missing += [version / name for name in files if not (version / name).is_file()]
+    return missing
+
+
+def ensemble_batch_floor(repository: Path, model: str) -> tuple[int, list[str]]:
+    """The smallest max_batch_size `model` may have: Triton refuses an ensemble whose
+    max_batch_size exceeds a step's, so every ensemble using the model sets a floor."""
+    floor, ensembles = 0, []
+    for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
+        config = load_config(model_dir)
+        if config.platform == "ensemble" and any(step.model_name == model for step in config.ensemble_scheduling.step):
+            floor = max(floor, config.max_batch_size)
+            ensembles.append(config.name)
+    return floor, ensembles

@@ -1,0 +1,63 @@
+"""Use a running Triton, or start the local one for the duration of a command.
+
+The load generator, the tuner and the benchmark all accept `--url host:http_port`
+(plus an optional gRPC port); without it they start their own local server on free
+ports, so a one-off command never collides with a `make serve` already running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tools.contract import grpc_url_beside
+from tools.paths import BUILD_DIR
+from tools.serve.admin_key import headers_for
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.triton_client import TritonClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    http_url: str
+    grpc_url: str
+    headers: dict[str, str] | None = None  # for the model-control API (the admin key), when restricted
+    metrics_url: str | None = None  # Prometheus endpoint; known for a server started here
+
+    def url_for(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+    @property
+    def client(self) -> TritonClient:
+        """Model control, readiness, statistics and metrics of this server."""
+        return TritonClient(self.http_url, self.headers, self.metrics_url)
+
+
+@contextlib.contextmanager
+def triton_endpoints(
+    url: str | None, grpc_url: str | None = None, explicit_control: bool = False, admin_key: str | None = None, **overrides
+) -> Iterator[Endpoints]:
+    """Yield endpoints of a ready server: the one at `url` (whose model-control key, if
+    any, is `admin_key`), or a local one started here (with a fresh key of its own)."""
+    if url:
+        if not TritonClient(url).server_ready():
+            raise TritonStartError(f"no ready Triton answers at http://{url}")
+        yield Endpoints(url, grpc_url or grpc_url_beside(url), headers_for(admin_key))
+        return
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        model_control_mode="explicit" if explicit_control else "none",
+        load_models=("*",) if explicit_control else (),
+        **overrides,
+    )
+    log_path = BUILD_DIR / f"triton-{http}.log"
+    log.info("starting a local Triton on ports %d/%d/%d (log: %s)", http, grpc, metrics, log_path)
+    with LocalTriton(options, log_path=log_path).start() as server:
+        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_headers, server.options.metrics_url)

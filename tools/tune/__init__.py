@@ -1,0 +1,2 @@
+"""The batching tuner: `python -m tools.tune` and its parts (search space, strategies,
+objectives, live reloads, reports)."""

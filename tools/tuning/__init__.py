@@ -1,1 +1,0 @@
-"""The batching tuner's parts: search space, strategies, objectives, live reloads, reports."""
