@@ -197,8 +197,17 @@ def run_export(args: argparse.Namespace, precision: PrecisionRequest) -> int:
             variant = Path(scratch) / f"model.{spec.precision}.onnx"
             calibration = TokenizedCalibration(tokenizer, calibration_texts, pad_to_multiple_of) if calibration_texts else None
             log.info("%s", convert(spec, candidate, variant, calibration))
-            quality = check_quality(candidate, variant, tokenizer, pad_to_multiple_of, texts.held_out, texts.held_out_languages,
-                                    precision.thresholds, spec.label, precision.accept_quality_loss)  # fmt: skip
+            quality = check_quality(
+                candidate,
+                variant,
+                tokenizer,
+                pad_to_multiple_of,
+                texts.held_out,
+                texts.held_out_languages,
+                precision.thresholds,
+                spec.label,
+                precision.accept_quality_loss,
+            )
             log.info("quality gate: %s", quality.summary())
             expected.quality = {**quality.as_dict(), "passed": not quality.failures(precision.thresholds)}
             candidate = variant

@@ -147,9 +147,17 @@ def enforce(report: QualityReport, thresholds: QualityThresholds, label: str = "
         log.warning("writing the %s encoder below the quality gate (--accept-quality-loss): %s", label, "; ".join(problems))
 
 
-def check_quality(reference_path: Path, candidate_path: Path, tokenizer, pad_to_multiple_of: int, texts: Sequence[str],
-                  languages: Sequence[str], thresholds: QualityThresholds = QualityThresholds(), label: str = "variant",
-                  accept_quality_loss: bool = False) -> QualityReport:  # fmt: skip
+def check_quality(
+    reference_path: Path,
+    candidate_path: Path,
+    tokenizer,
+    pad_to_multiple_of: int,
+    texts: Sequence[str],
+    languages: Sequence[str],
+    thresholds: QualityThresholds = QualityThresholds(),
+    label: str = "variant",
+    accept_quality_loss: bool = False,
+) -> QualityReport:
     """Gate figures of `candidate_path` against `reference_path`, enforced (see `enforce`)."""
     reference = embed_texts(reference_path, tokenizer, texts, pad_to_multiple_of)
     candidate = embed_texts(candidate_path, tokenizer, texts, pad_to_multiple_of)

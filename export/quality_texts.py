@@ -152,8 +152,16 @@ ENGLISH_TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
 }
 
-ENGLISH_TAILS = ("", " last week", " in the old town", " despite the rain", " according to the report", " for the first time",
-                 " every winter", " without any warning")  # fmt: skip
+ENGLISH_TAILS = (
+    "",
+    " last week",
+    " in the old town",
+    " despite the rain",
+    " according to the report",
+    " for the first time",
+    " every winter",
+    " without any warning",
+)
 ENGLISH_FORMS = ("{s} {p}{t}.", "Is it true that {l} {p}{t}?", "{s} {p}{t}, and nobody seems surprised.", "Why {l} {p}{t}, I wonder.")
 
 CHINESE_TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -291,8 +299,16 @@ def _passage(rng: random.Random, sentences: list[str], separator: str, count: in
     return separator.join(rng.sample(sentences, count))
 
 
-def _language_texts(rng: random.Random, pool: list[tuple[str, str]], keywords: list[tuple[str, str]], count: int, separator: str,
-                    per_passage: tuple[int, int], passage_share: float, keyword_share: float) -> list[str]:  # fmt: skip
+def _language_texts(
+    rng: random.Random,
+    pool: list[tuple[str, str]],
+    keywords: list[tuple[str, str]],
+    count: int,
+    separator: str,
+    per_passage: tuple[int, int],
+    passage_share: float,
+    keyword_share: float,
+) -> list[str]:
     """`count` unique texts: passages of one topic's sentences, keyword queries, then sentences."""
     by_topic: dict[str, list[str]] = {}
     for topic, sentence in pool:
@@ -315,8 +331,9 @@ def _language_texts(rng: random.Random, pool: list[tuple[str, str]], keywords: l
     return texts
 
 
-def text_sets(calibration: int = 96, held_out: int = 320, passage_share: float = 0.3, keyword_share: float = 0.2,
-              seed: int = SEED) -> TextSets:  # fmt: skip
+def text_sets(
+    calibration: int = 96, held_out: int = 320, passage_share: float = 0.3, keyword_share: float = 0.2, seed: int = SEED
+) -> TextSets:
     """Half English, half Chinese in each set; `passage_share` of each are 100-256-token
     passages, `keyword_share` keyword queries of 1-10 tokens, the rest single sentences."""
     rng = random.Random(seed)

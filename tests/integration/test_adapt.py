@@ -40,8 +40,28 @@ def _set_delay(options: ServerOptions, delay_us: int) -> None:
 
 
 def _controller_args(options: ServerOptions, seconds: float, *extra: str) -> list[str]:
-    return ["--model", "encoder", "--p99-ms", "150", "--url", options.http_url, "--grpc-url", options.grpc_url, "--admin-key", KEY,
-            "--duration", str(seconds), "--window", "2", "--min-interval", "4", "--batching-gain", "1.2", "-q", *extra]  # fmt: skip
+    return [
+        "--model",
+        "encoder",
+        "--p99-ms",
+        "150",
+        "--url",
+        options.http_url,
+        "--grpc-url",
+        options.grpc_url,
+        "--admin-key",
+        KEY,
+        "--duration",
+        str(seconds),
+        "--window",
+        "2",
+        "--min-interval",
+        "4",
+        "--batching-gain",
+        "1.2",
+        "-q",
+        *extra,
+    ]
 
 
 def light_rate(options: ServerOptions) -> float:
@@ -110,8 +130,23 @@ def test_a_server_without_explicit_model_control_is_refused_before_anything_runs
 
 
 def test_a_dry_run_watches_a_server_without_model_control(triton, caplog, capsys) -> None:
-    args = ["--model", "encoder", "--p99-ms", "150", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--duration", "5",
-            "--window", "2", "--batching-gain", "1.2", "--dry-run"]  # fmt: skip
+    args = [
+        "--model",
+        "encoder",
+        "--p99-ms",
+        "150",
+        "--url",
+        triton.http_url,
+        "--grpc-url",
+        triton.grpc_url,
+        "--duration",
+        "5",
+        "--window",
+        "2",
+        "--batching-gain",
+        "1.2",
+        "--dry-run",
+    ]
     assert adapt.run(args) == 0
     assert "dry run: the server at" in caplog.text
     delay = TritonClient(triton.http_url).config("encoder").dynamic_batching.max_queue_delay_microseconds

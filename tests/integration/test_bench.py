@@ -17,10 +17,30 @@ def test_tiny_benchmark_writes_markdown_and_json(tmp_path) -> None:
     """No `--rate`: the Poisson rate is derived from the raw engine measured in the same run
     (40% of its best), so the open-loop traffic stays under capacity on any machine."""
     command = [
-        sys.executable, "-m", "tools.bench", "--target", "encoder", "--seq-len", "16", "--concurrency", "2", "--batch-sizes", "1,4",
-        "--window", "0.6", "--max-windows", "3", "--warmup", "0.3", "--configs", "mixed,tuner-winner,naive",
-        "--winner", str(tmp_path / "absent.pbtxt"), "--out", str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.bench",
+        "--target",
+        "encoder",
+        "--seq-len",
+        "16",
+        "--concurrency",
+        "2",
+        "--batch-sizes",
+        "1,4",
+        "--window",
+        "0.6",
+        "--max-windows",
+        "3",
+        "--warmup",
+        "0.3",
+        "--configs",
+        "mixed,tuner-winner,naive",
+        "--winner",
+        str(tmp_path / "absent.pbtxt"),
+        "--out",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
@@ -45,8 +65,9 @@ def test_tiny_benchmark_writes_markdown_and_json(tmp_path) -> None:
 
 
 def test_an_unknown_config_is_refused_before_anything_starts() -> None:
-    result = subprocess.run([sys.executable, "-m", "tools.bench", "--configs", "mixed,fastest"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--configs", "mixed,fastest"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "unknown fastest" in result.stderr and "Traceback" not in result.stderr
     assert "raw engine" not in result.stderr

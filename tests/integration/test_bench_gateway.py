@@ -16,9 +16,20 @@ pytestmark = pytest.mark.integration
 
 def test_tiny_gateway_benchmark_writes_markdown_and_json(tmp_path) -> None:
     command = [
-        sys.executable, "-m", "tools.bench.gateway", "--concurrency", "2", "--seconds", "1", "--warmup", "0.3",
-        "--infinity-venv", str(tmp_path / "no-venv"), "--out", str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.bench.gateway",
+        "--concurrency",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.3",
+        "--infinity-venv",
+        str(tmp_path / "no-venv"),
+        "--out",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
@@ -32,11 +43,19 @@ def test_tiny_gateway_benchmark_writes_markdown_and_json(tmp_path) -> None:
 
 def test_a_target_without_answers_shows_no_latency_and_no_ratio() -> None:
     report = {
-        "date": "today", "cpu": {"model": "cpu", "cores": 2, "flags": []}, "load_before": 0.0, "load_after": 0.0,
-        "concurrency": [1], "seconds": 1.0, "warmup_s": 0.0, "texts_per_request": 1, "left_out": {},
-        "targets": ["a", "b"], "min_cosine_to_first": {"a": 1.0, "b": 1.0},
+        "date": "today",
+        "cpu": {"model": "cpu", "cores": 2, "flags": []},
+        "load_before": 0.0,
+        "load_after": 0.0,
+        "concurrency": [1],
+        "seconds": 1.0,
+        "warmup_s": 0.0,
+        "texts_per_request": 1,
+        "left_out": {},
+        "targets": ["a", "b"],
+        "min_cosine_to_first": {"a": 1.0, "b": 1.0},
         "rows": [Row("a", 1, 10, 0, 1.0, 10.0, 5.0, 9.0).__dict__, Row("b", 1, 0, 4, 1.0, 0.0, None, None).__dict__],
-    }  # fmt: skip
+    }
     markdown = render(report)
     assert "| b | 1 | 0.0 | - | - | 4 |" in markdown
     assert "- a / b, req/s: - at 1" in markdown

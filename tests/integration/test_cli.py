@@ -49,8 +49,11 @@ def test_serve_answers_then_stops_cleanly_on_sigterm() -> None:
     ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--gateway-port", str(gateway)]
     process = subprocess.Popen(
         [sys.executable, "-m", "tools.serve", *ports, "--exit-timeout", "5"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = LineCollector(process.stderr)
     try:
         log.wait_for("gateway metrics", process)

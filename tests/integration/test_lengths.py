@@ -192,15 +192,33 @@ def test_padding_counters_count_tokens_sent_straight_to_the_encoder(triton) -> N
 
 def test_a_tiny_length_benchmark_writes_its_report(tmp_path) -> None:
     command = [
-        sys.executable, "-m", "tools.bench.lengths", "--policies", "batch,ragged", "--concurrency", "4",
-        "--rate-fraction", "0.5", "--warmup", "0.5", "--window", "1", "--max-windows", "2", "--out", str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.bench.lengths",
+        "--policies",
+        "batch,ragged",
+        "--concurrency",
+        "4",
+        "--rate-fraction",
+        "0.5",
+        "--warmup",
+        "0.5",
+        "--window",
+        "1",
+        "--max-windows",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert [(row["policy"], row["traffic"].split()[0]) for row in report["rows"]] == [
-        ("batch", "concurrency"), ("batch", "poisson"), ("ragged", "concurrency"), ("ragged", "poisson"),
-    ]  # fmt: skip
+        ("batch", "concurrency"),
+        ("batch", "poisson"),
+        ("ragged", "concurrency"),
+        ("ragged", "poisson"),
+    ]
     for row in report["rows"]:
         assert row["outcomes"].get("ok", 0) > 0 and row["padding"]["real_tokens"] > 0
         assert row["server"]["embed"]["cache_hits"] == 0, "every level sends texts the cache has never seen"

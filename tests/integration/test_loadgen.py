@@ -98,8 +98,22 @@ def test_a_model_that_cannot_take_the_requests_is_refused_naming_its_inputs(trit
 
 def test_the_terminal_shows_classes_percentiles_late_sends_and_batches(triton, capacity) -> None:
     rate = f"{capacity / 2:.1f}"
-    done = loadgen("--url", triton.http_url, "--grpc-url", triton.grpc_url, "--rate", rate, "--priority-mix", "1:0.3,2:0.7",
-                   "--warmup", "0.5", "--window", "1", "--max-windows", "3")  # fmt: skip
+    done = loadgen(
+        "--url",
+        triton.http_url,
+        "--grpc-url",
+        triton.grpc_url,
+        "--rate",
+        rate,
+        "--priority-mix",
+        "1:0.3,2:0.7",
+        "--warmup",
+        "0.5",
+        "--window",
+        "1",
+        "--max-windows",
+        "3",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "sends late by > 10 ms:" in done.stdout

@@ -37,9 +37,24 @@ def test_input_data_files_are_accepted_by_the_served_models(triton, tmp_path) ->
 
 def test_loadgen_writes_a_perf_analyzer_csv_of_a_real_run(triton, tmp_path) -> None:
     command = [
-        sys.executable, "-m", "tools.loadgen", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--concurrency", "1,2",
-        "--warmup", "0.3", "--window", "0.8", "--max-windows", "3", "--csv", str(tmp_path / "loadgen.csv"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.loadgen",
+        "--url",
+        triton.http_url,
+        "--grpc-url",
+        triton.grpc_url,
+        "--concurrency",
+        "1,2",
+        "--warmup",
+        "0.3",
+        "--window",
+        "0.8",
+        "--max-windows",
+        "3",
+        "--csv",
+        str(tmp_path / "loadgen.csv"),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=200)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = read_perf_csv(tmp_path / "loadgen.csv")

@@ -94,7 +94,12 @@ def test_serve_preset_serves_the_variant_and_stops_on_sigterm() -> None:
 
 
 def test_serve_refuses_an_unknown_preset_before_starting_anything() -> None:
-    result = subprocess.run([sys.executable, "-m", "tools.serve", "--runtime", "local", "--preset", "fastest"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.serve", "--runtime", "local", "--preset", "fastest"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "invalid choice: 'fastest'" in result.stderr and "starting" not in result.stderr

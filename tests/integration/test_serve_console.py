@@ -20,8 +20,13 @@ pytestmark = pytest.mark.integration
 def test_serve_prints_one_line_for_the_cuda_noise_and_keeps_the_rest() -> None:
     http, grpc, metrics = free_ports(3)
     ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    process = subprocess.Popen([sys.executable, "-m", "tools.serve", "--runtime", "local", *ports, "--exit-timeout", "20", "--no-gateway"],
-                               cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--runtime", "local", *ports, "--exit-timeout", "20", "--no-gateway"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     output = LineCollector(process.stderr)
     try:
         output.wait_for("Triton is ready", process)

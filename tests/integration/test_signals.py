@@ -67,17 +67,52 @@ def listening(port: int) -> bool:
 def commands(tmp: Path) -> dict[str, list[str]]:
     http, grpc = free_ports(2)
     return {
-        "tune": ["tools.tune", "--model", "encoder", "--p99-ms", "5000", "--max-trials", "1", "--report-dir", str(tmp / "tune"),
-                 "--output", str(tmp / "tune" / "config.pbtxt"), "--no-plots"],
+        "tune": [
+            "tools.tune",
+            "--model",
+            "encoder",
+            "--p99-ms",
+            "5000",
+            "--max-trials",
+            "1",
+            "--report-dir",
+            str(tmp / "tune"),
+            "--output",
+            str(tmp / "tune" / "config.pbtxt"),
+            "--no-plots",
+        ],
         "loadgen": ["tools.loadgen", "--concurrency", "2", "--window", "30"],
         "soak": ["tools.reliability.soak", "--minutes", "5", "--rate", "2", "--output", str(tmp / "soak")],
         "overload": ["tools.reliability.overload", "--runs", "1", "--seconds", "60", "--rate", "20", "--output", str(tmp / "overload")],
-        "bench": ["tools.bench", "--batch-sizes", "1", "--window", "0.5", "--concurrency", "1", "--no-model-analyzer",
-                  "--winner", str(tmp / "none.pbtxt"), "--out", str(tmp / "bench")],
-        "loadtest": ["loadtest.run", "--run-time", "120", "--users", "2", "--report-dir", str(tmp / "loadtest"),
-                     "--triton-http-url", f"127.0.0.1:{http}", "--triton-grpc-url", f"127.0.0.1:{grpc}"],
+        "bench": [
+            "tools.bench",
+            "--batch-sizes",
+            "1",
+            "--window",
+            "0.5",
+            "--concurrency",
+            "1",
+            "--no-model-analyzer",
+            "--winner",
+            str(tmp / "none.pbtxt"),
+            "--out",
+            str(tmp / "bench"),
+        ],
+        "loadtest": [
+            "loadtest.run",
+            "--run-time",
+            "120",
+            "--users",
+            "2",
+            "--report-dir",
+            str(tmp / "loadtest"),
+            "--triton-http-url",
+            f"127.0.0.1:{http}",
+            "--triton-grpc-url",
+            f"127.0.0.1:{grpc}",
+        ],
         "adapt": ["tools.adapt", "--p99-ms", "100", "--duration", "300", "--batching-gain", "1.3"],
-    }  # fmt: skip
+    }
 
 
 CASES = [
@@ -94,8 +129,7 @@ CASES = [
 @pytest.mark.parametrize(("name", "signum"), CASES, ids=[f"{n}-{s.name}" for n, s in CASES])
 def test_a_signalled_command_stops_the_server_it_started(name: str, signum: signal.Signals, tmp_path: Path) -> None:
     argv = commands(tmp_path)[name]
-    process = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", *argv], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = LineCollector(process.stdout)
     try:
         output.wait_for("tritonserver (pid", process, timeout_s=240)

@@ -145,9 +145,28 @@ def test_loadgen_timeout_option_reaches_the_server(triton, tmp_path) -> None:
     """1 us expires before any batcher can pick the request up: every request times out."""
     report = tmp_path / "loadgen.json"
     command = [
-        sys.executable, "-m", "tools.loadgen", "--url", triton.http_url, "--grpc-url", triton.grpc_url, "--model", "embed",
-        "--concurrency", "2", "--timeout-us", "1", "--warmup", "0.2", "--window", "1", "--max-windows", "1", "--json", str(report),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.loadgen",
+        "--url",
+        triton.http_url,
+        "--grpc-url",
+        triton.grpc_url,
+        "--model",
+        "embed",
+        "--concurrency",
+        "2",
+        "--timeout-us",
+        "1",
+        "--warmup",
+        "0.2",
+        "--window",
+        "1",
+        "--max-windows",
+        "1",
+        "--json",
+        str(report),
+    ]
     completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     (result,) = json.loads(report.read_text())
@@ -160,10 +179,29 @@ def test_locust_interactive_timeout_option_reaches_the_server(triton, tmp_path) 
     tokenizer = load_config(MODEL_REPOSITORY / "tokenizer").dynamic_batching
     assert tokenizer.max_queue_delay_microseconds > 1000, "precondition: the tokenizer holds a lone request over 1 ms"
     command = [
-        sys.executable, "-m", "loadtest.run", "--no-start", "--run-time", "3", "--users", "2", "--repeat-share", "0",
-        "--interactive-timeout-ms", "1", "--interactive-weight", "1", "--protocol", "http", "--report-dir", str(tmp_path),
-        "--triton-http-url", triton.http_url, "--triton-grpc-url", triton.grpc_url,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "loadtest.run",
+        "--no-start",
+        "--run-time",
+        "3",
+        "--users",
+        "2",
+        "--repeat-share",
+        "0",
+        "--interactive-timeout-ms",
+        "1",
+        "--interactive-weight",
+        "1",
+        "--protocol",
+        "http",
+        "--report-dir",
+        str(tmp_path),
+        "--triton-http-url",
+        triton.http_url,
+        "--triton-grpc-url",
+        triton.grpc_url,
+    ]
     completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
     assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-2000:]  # the SLO verdict fails
     failures = (tmp_path / "locust_failures.csv").read_text()

@@ -17,11 +17,40 @@ pytestmark = pytest.mark.integration
 
 def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> None:
     command = [
-        sys.executable, "-m", "tools.tune", "--model", "encoder", "--p99-ms", "5000", "--seq-len", "32",
-        "--strategy", "grid", "--max-batch-sizes", "32", "--delays-us", "0,3000", "--preferred", "8",
-        "--instances", "1", "--priority-queues", "try-without", "--confirm", "1",
-        "--concurrency", "4", "--warmup", "0.3", "--window", "1", "--max-windows", "3", "--report-dir", str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tools.tune",
+        "--model",
+        "encoder",
+        "--p99-ms",
+        "5000",
+        "--seq-len",
+        "32",
+        "--strategy",
+        "grid",
+        "--max-batch-sizes",
+        "32",
+        "--delays-us",
+        "0,3000",
+        "--preferred",
+        "8",
+        "--instances",
+        "1",
+        "--priority-queues",
+        "try-without",
+        "--confirm",
+        "1",
+        "--concurrency",
+        "4",
+        "--warmup",
+        "0.3",
+        "--window",
+        "1",
+        "--max-windows",
+        "3",
+        "--report-dir",
+        str(tmp_path),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "winner:" in result.stdout

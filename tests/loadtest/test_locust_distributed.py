@@ -26,8 +26,11 @@ def test_a_run_with_worker_processes_judges_every_successful_request(triton: Ser
     assert "VERDICT: PASS" in completed.stdout
 
     with (tmp_path / "locust_stats.csv").open() as handle:
-        succeeded = {(r["Type"], r["Name"]): int(r["Request Count"]) - int(r["Failure Count"]) for r in csv.DictReader(handle)
-                     if r["Name"] != "Aggregated"}  # fmt: skip
+        succeeded = {
+            (r["Type"], r["Name"]): int(r["Request Count"]) - int(r["Failure Count"])
+            for r in csv.DictReader(handle)
+            if r["Name"] != "Aggregated"
+        }
     with (tmp_path / "locust_success_latency.csv").open() as handle:
         recorded = {(r["Type"], r["Name"]): int(r["Count"]) for r in csv.DictReader(handle)}
     assert sum(succeeded.values()) > 0

@@ -101,10 +101,27 @@ def test_reloads_under_load_let_every_request_complete_or_fail_cleanly(explicit_
 def test_serve_drains_in_flight_requests_on_sigterm() -> None:
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tools.serve", "--runtime", "local", "--http-port", str(http), "--grpc-port", str(grpc),
-         "--metrics-port", str(metrics), "--exit-timeout", "120", "--no-gateway"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tools.serve",
+            "--runtime",
+            "local",
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--exit-timeout",
+            "120",
+            "--no-gateway",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         http_url = f"127.0.0.1:{http}"
         ready = TritonClient(http_url).wait_until_ready(180, model="embed", process=process)

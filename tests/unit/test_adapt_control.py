@@ -123,8 +123,9 @@ def test_settings_reject_an_empty_hysteresis_band() -> None:
 
 
 def _snapshot(at: float, requests: int, busy: int, executions: int = 10) -> WindowCounters:
-    stats = ModelStats(requests=requests, inferences=requests, executions=executions, queue_ns=requests * 1_000_000,
-                       compute_ns=requests * 10_000_000)  # fmt: skip
+    stats = ModelStats(
+        requests=requests, inferences=requests, executions=executions, queue_ns=requests * 1_000_000, compute_ns=requests * 10_000_000
+    )
     return WindowCounters(at, stats, busy)
 
 
@@ -142,10 +143,16 @@ def test_a_window_across_a_reload_is_dropped() -> None:
 
 
 def test_busy_time_sums_executions_not_requests() -> None:
-    document = {"model_stats": [{"batch_stats": [
-        {"batch_size": 1, "compute_input": {"ns": 1}, "compute_infer": {"ns": 100}, "compute_output": {"ns": 2}},
-        {"batch_size": 8, "compute_infer": {"ns": 1000}},
-    ]}]}  # fmt: skip
+    document = {
+        "model_stats": [
+            {
+                "batch_stats": [
+                    {"batch_size": 1, "compute_input": {"ns": 1}, "compute_infer": {"ns": 100}, "compute_output": {"ns": 2}},
+                    {"batch_size": 8, "compute_infer": {"ns": 1000}},
+                ]
+            }
+        ]
+    }
     assert busy_ns(document) == 1103
 
 

@@ -73,8 +73,11 @@ def _row(policy: str, traffic: str, useful: float | None, short_p99: float | Non
 
 
 def test_the_report_compares_each_policy_with_the_first_and_shows_missing_values_as_dashes() -> None:
-    rows = [_row("batch", "concurrency 16", 1000.0, 900.0), _row("ragged", "concurrency 16", 2500.0, 300.0),
-            _row("ragged", "poisson 5 req/s", None, None)]  # fmt: skip
+    rows = [
+        _row("batch", "concurrency 16", 1000.0, 900.0),
+        _row("ragged", "concurrency 16", 2500.0, 300.0),
+        _row("ragged", "poisson 5 req/s", None, None),
+    ]
     assert comparison_lines(rows) == [
         "- ragged vs batch at concurrency 16: useful tokens/s x2.50; p50/p99 short 10 / 300 vs 10 / 900 ms, long - vs - ms"
     ]
@@ -82,13 +85,24 @@ def test_the_report_compares_each_policy_with_the_first_and_shows_missing_values
     assert packing_efficiency(rows[2], 5000.0) is None
     report = {
         "cpu": {"model": "Test CPU", "cpus": 2, "vector_flags": ["avx2"], "load_average": [0.5, 0.5, 0.5]},
-        "settings": {"workload": "w", "mean_tokens": 66.0, "concurrency": [16], "poisson_rate": 5.0, "warmup_s": 1,
-                     "window_s": 2, "max_windows": 3, "encoder": {"max_batch_size": 32, "instances": 2}, "priority_mix": {}},
-        "raw_engine": {"points": [{"layout": "1 session", "batch_size": 32, "length": 16, "tokens_per_s": 5000.0}],
-                       "best_tokens_per_s": 5000.0},
+        "settings": {
+            "workload": "w",
+            "mean_tokens": 66.0,
+            "concurrency": [16],
+            "poisson_rate": 5.0,
+            "warmup_s": 1,
+            "window_s": 2,
+            "max_windows": 3,
+            "encoder": {"max_batch_size": 32, "instances": 2},
+            "priority_mix": {},
+        },
+        "raw_engine": {
+            "points": [{"layout": "1 session", "batch_size": 32, "length": 16, "tokens_per_s": 5000.0}],
+            "best_tokens_per_s": 5000.0,
+        },
         "rows": rows,
         "seconds": 12.0,
-    }  # fmt: skip
+    }
     markdown = render_markdown(report)
     assert "CPU: Test CPU, 2 logical CPUs; vector extensions: avx2" in markdown
     assert "| ragged | poisson 5 req/s | 10.0 | - | - | - | - | 2.00 | - | - | 0 |" in markdown

@@ -53,7 +53,12 @@ def test_a_bad_invocation_exits_2_with_a_message_before_starting_anything(argv: 
 
 def test_rate_alone_is_accepted_by_tune_whose_default_is_a_concurrency_list() -> None:
     """tune's default traffic (concurrency 1,4,16) must not collide with a --rate the user gives."""
-    done = subprocess.run([sys.executable, "-m", "tools.tune", "--p99-ms", "50", "--rate", "40", *NOWHERE],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.tune", "--p99-ms", "50", "--rate", "40", *NOWHERE],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr
     assert "no ready Triton answers at http://127.0.0.1:1" in done.stderr and "Traceback" not in done.stderr

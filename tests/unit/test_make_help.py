@@ -14,8 +14,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make i
 
 
 def make(*args: str) -> str:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-                          check=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
 
 
 def phony_targets() -> set[str]:

@@ -20,10 +20,22 @@ GOLDEN = Path(__file__).parent / "data" / "perf_analyzer_2.40.csv"
 def result(traffic: str, latencies_ms: list[float]) -> LoadResult:
     window = ServerWindow(10, 10, 5, 2.0, {2: 5}, 1.5, 20.0, 0, 0)
     return LoadResult(
-        traffic, "embed", "grpc", 1.0, 1, True, len(latencies_ms), {"ok": len(latencies_ms)}, 10.0, 10.0,
-        LatencySummary.of(np.array(latencies_ms) / 1000) if latencies_ms else LatencySummary(), {}, 0, 0.0,
+        traffic,
+        "embed",
+        "grpc",
+        1.0,
+        1,
+        True,
+        len(latencies_ms),
+        {"ok": len(latencies_ms)},
+        10.0,
+        10.0,
+        LatencySummary.of(np.array(latencies_ms) / 1000) if latencies_ms else LatencySummary(),
+        {},
+        0,
+        0.0,
         {"tokenizer": window, "encoder": window},
-    )  # fmt: skip
+    )
 
 
 def test_perf_analyzers_own_csv_is_read() -> None:

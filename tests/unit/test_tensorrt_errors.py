@@ -50,8 +50,11 @@ def gpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
     polygraphy_trt = types.ModuleType("polygraphy.backend.trt")
     polygraphy_trt.EngineFromBytes = lambda plan: plan
     polygraphy_trt.TrtRunner = FakeRunner
-    for name, module in (("polygraphy", types.ModuleType("polygraphy")), ("polygraphy.backend", types.ModuleType("polygraphy.backend")),
-                         ("polygraphy.backend.trt", polygraphy_trt)):  # fmt: skip
+    for name, module in (
+        ("polygraphy", types.ModuleType("polygraphy")),
+        ("polygraphy.backend", types.ModuleType("polygraphy.backend")),
+        ("polygraphy.backend.trt", polygraphy_trt),
+    ):
         monkeypatch.setitem(sys.modules, name, module)
 
 

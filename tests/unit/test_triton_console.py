@@ -41,7 +41,9 @@ def test_every_other_line_passes_in_order_errors_included() -> None:
 
 
 def test_nothing_is_hidden_until_triton_says_the_driver_is_missing() -> None:
-    gpu_host = [b'I1202 cuda_memory_manager.cc:117] "CUDA memory pool disabled"\n',
-                b'W1202 pinned_memory_manager.cc:170] "failed to allocate pinned system memory: no pinned memory pool, '
-                b'falling back to non-pinned system memory"\n']  # fmt: skip
+    gpu_host = [
+        b'I1202 cuda_memory_manager.cc:117] "CUDA memory pool disabled"\n',
+        b'W1202 pinned_memory_manager.cc:170] "failed to allocate pinned system memory: no pinned memory pool, '
+        b'falling back to non-pinned system memory"\n',
+    ]
     assert filtered(gpu_host) == gpu_host

@@ -97,9 +97,15 @@ class Observation:
         def rounded(value: float | None, digits: int) -> float | None:
             return None if value is None else round(value, digits)
 
-        return {"rate_rps": round(self.rate_rps, 1), "busy": round(self.busy, 2), "queue_ms": rounded(self.queue_ms, 1),
-                "compute_ms": rounded(self.compute_ms, 1), "batch": rounded(self.batch_size, 2), "rejected": self.rejected,
-                "p99_ms": rounded(self.p99_ms, 1)}  # fmt: skip
+        return {
+            "rate_rps": round(self.rate_rps, 1),
+            "busy": round(self.busy, 2),
+            "queue_ms": rounded(self.queue_ms, 1),
+            "compute_ms": rounded(self.compute_ms, 1),
+            "batch": rounded(self.batch_size, 2),
+            "rejected": self.rejected,
+            "p99_ms": rounded(self.p99_ms, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -141,8 +147,10 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
         else:
             cause = f"queue {obs.queue_ms:.0f} ms >> delay {current_us / 1000:g} ms (busy {obs.busy:.0%}): a backlog"
         if settings.batching_gain < settings.min_gain:
-            return HOLD, (f"{cause}, but batching gains only {settings.batching_gain:.2f}x on this model (< {settings.min_gain:.2f}x): "
-                          "a longer delay buys too little capacity for its latency and reload")  # fmt: skip
+            return HOLD, (
+                f"{cause}, but batching gains only {settings.batching_gain:.2f}x on this model (< {settings.min_gain:.2f}x): "
+                "a longer delay buys too little capacity for its latency and reload"
+            )
         if settings.max_batch_size and obs.batch_size is not None and obs.batch_size >= 0.9 * settings.max_batch_size:
             return HOLD, f"{cause}, but batches are already full ({obs.batch_size:.1f}): waiting longer cannot grow them"
         return UP, f"{cause}: larger batches buy capacity (batching gain {settings.batching_gain:.2f}x)"
@@ -150,8 +158,10 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
         delay_ms = current_us / 1000.0
         if delay_ms < settings.delay_share * obs.mean_ms:
             # cutting a delay that is a sliver of the latency buys little and a reload costs ~2 s of it
-            return HOLD, (f"latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms, but the delay ({delay_ms:g} ms) "
-                          f"is under {settings.delay_share:.0%} of the mean {obs.mean_ms:.0f} ms: not the cause")  # fmt: skip
+            return HOLD, (
+                f"latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms, but the delay ({delay_ms:g} ms) "
+                f"is under {settings.delay_share:.0%} of the mean {obs.mean_ms:.0f} ms: not the cause"
+            )
         return DOWN, f"latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms while busy only {obs.busy:.0%}"
     if obs.busy <= settings.busy_low:
         return DOWN, f"busy {obs.busy:.0%} <= {settings.busy_low:.0%}: the delay only adds latency"

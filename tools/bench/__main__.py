@@ -257,9 +257,17 @@ def run(argv: list[str] | None = None) -> int:
         return 1
 
     naive = naive_results(session, base, traffics, args.seq_len, args.warmup, args.window * 2) if "naive" in selected else []
-    settings = {"target": target.describe, "sequence_length": args.seq_len, "concurrency": levels, "poisson_rate": rate,
-                "window_s": args.window, "max_windows": args.max_windows, "runs": 1, "rounds": args.rounds,
-                "configs": selected}  # fmt: skip
+    settings = {
+        "target": target.describe,
+        "sequence_length": args.seq_len,
+        "concurrency": levels,
+        "poisson_rate": rate,
+        "window_s": args.window,
+        "max_windows": args.max_windows,
+        "runs": 1,
+        "rounds": args.rounds,
+        "configs": selected,
+    }
     report = {
         "settings": settings,
         "cpu": cpu_description(),

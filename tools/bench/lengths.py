@@ -98,8 +98,12 @@ def measure_level(policy: str, traffic: Traffic, target, measurement: Measuremen
     row["policy"] = policy
     row["padding"] = {**counts.__dict__, "waste": counts.waste, "rows_per_run": counts.rows_per_run}
     if result.server["embed"].cache_hits:
-        log.warning("%s %s: %d response-cache hits; the workload should send unique texts", policy, result.traffic,
-                    result.server["embed"].cache_hits)  # fmt: skip
+        log.warning(
+            "%s %s: %d response-cache hits; the workload should send unique texts",
+            policy,
+            result.traffic,
+            result.server["embed"].cache_hits,
+        )
     short, long = result.per_length_class.get("short"), result.per_length_class.get("long")
     log.info(
         "%-8s %-18s %6.1f req/s %7s useful tok/s  waste %s  p99 short %s / long %s ms  encoder batch %s%s",
@@ -140,14 +144,21 @@ def run_bench(args: argparse.Namespace) -> int:
             load_with_config(endpoints.http_url, "encoder", encoder_config, endpoints.headers)
             load_with_config(endpoints.http_url, "tokenizer", tokenizer_config, endpoints.headers)
             log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(args.policies), policy, time.perf_counter() - started)
-            closed = [measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)
-                      for c in args.concurrency]  # fmt: skip
+            closed = [
+                measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)
+                for c in args.concurrency
+            ]
             rows += closed
             if rate is None and args.rate_fraction > 0:
                 capacity = max(row["throughput_rps"] for row in closed)
                 rate = round(args.rate_fraction * capacity, 1)
-                log.info("Poisson rate for every policy: %.1f req/s (%.0f%% of %s's best closed-loop %.1f req/s)",
-                         rate, args.rate_fraction * 100, policy, capacity)  # fmt: skip
+                log.info(
+                    "Poisson rate for every policy: %.1f req/s (%.0f%% of %s's best closed-loop %.1f req/s)",
+                    rate,
+                    args.rate_fraction * 100,
+                    policy,
+                    capacity,
+                )
             if rate:
                 rows.append(measure_level(policy, Traffic(rate=rate, seed=7, priority_mix=priority_mix), target, measurement, endpoints))
 
@@ -205,9 +216,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=positive_list, default=[16, 64], help="closed-loop levels (default 16,64)")
     parser.add_argument("--rate", type=float, default=None, help="Poisson rate in req/s (default: --rate-fraction of capacity)")
     parser.add_argument(
-        "--rate-fraction", type=float, default=0.7,
+        "--rate-fraction",
+        type=float,
+        default=0.7,
         help="Poisson rate as a share of the first policy's best closed-loop throughput (0: no Poisson level)",
-    )  # fmt: skip
+    )
     parser.add_argument("--passage-share", type=float, default=0.3, help="share of passages (default %(default)s)")
     parser.add_argument("--short-tokens", default="5-30", help="query length range in tokens (default %(default)s)")
     parser.add_argument("--long-tokens", default="100-256", help="passage length range in tokens (default %(default)s)")

@@ -26,8 +26,19 @@ def _errors(row: dict) -> int:
     return sum(count for outcome, count in row["outcomes"].items() if outcome != "ok")
 
 
-COLUMNS = ("policy", "load", "req/s", "useful tok/s", "padding waste", "p50 / p99 short ms", "p50 / p99 long ms",
-           "encoder batch", "rows/run", "packing eff.", "errors")  # fmt: skip
+COLUMNS = (
+    "policy",
+    "load",
+    "req/s",
+    "useful tok/s",
+    "padding waste",
+    "p50 / p99 short ms",
+    "p50 / p99 long ms",
+    "encoder batch",
+    "rows/run",
+    "packing eff.",
+    "errors",
+)
 
 
 def served_cells(row: dict, raw_best: float) -> list[str]:
@@ -119,14 +130,28 @@ def render_markdown(report: dict) -> str:
             "processes changed between the measurements.",
         ]
     if s.get("priority_mix"):
-        lines += ["", "## Per priority level", "", _row(["policy", "load", "level", "req/s", "p50 ms", "p99 ms"]),
-                  _row(["---", "---", "---:", "---:", "---:", "---:"])]  # fmt: skip
+        lines += [
+            "",
+            "## Per priority level",
+            "",
+            _row(["policy", "load", "level", "req/s", "p50 ms", "p99 ms"]),
+            _row(["---", "---", "---:", "---:", "---:", "---:"]),
+        ]
         for row in report["rows"]:
             for level, result in row["per_priority"].items():
                 latency = result["latency"]
-                lines.append(_row([row["policy"], row["traffic"], level, f"{result['throughput_rps']:.1f}",
-                                   format_ms(latency["p50_ms"], ".0f"),
-                                   format_ms(latency["p99_ms"], ".0f")]))  # fmt: skip
+                lines.append(
+                    _row(
+                        [
+                            row["policy"],
+                            row["traffic"],
+                            level,
+                            f"{result['throughput_rps']:.1f}",
+                            format_ms(latency["p50_ms"], ".0f"),
+                            format_ms(latency["p99_ms"], ".0f"),
+                        ]
+                    )
+                )
     comparisons = comparison_lines(report["rows"])
     if comparisons:
         lines += ["", "## Against the first policy", "", *comparisons]

@@ -71,16 +71,28 @@ def run(argv: list[str] | None = None) -> int:
             for level in (int(c) for c in args.concurrency.split(",")):
                 result = run_load(embed_target(), Traffic(concurrency=level), measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
                 encoder = result.server["encoder"]
-                rows.append({"policy": policy, "concurrency": level, "throughput_rps": result.throughput_rps,
-                             "p50_ms": result.latency.p50_ms, "p99_ms": result.latency.p99_ms,
-                             "encoder_batch": encoder.average_batch_size, "encoder_compute_ms": encoder.average_compute_ms,
-                             "errors": result.error_count, "stable": result.stable})  # fmt: skip
+                rows.append(
+                    {
+                        "policy": policy,
+                        "concurrency": level,
+                        "throughput_rps": result.throughput_rps,
+                        "p50_ms": result.latency.p50_ms,
+                        "p99_ms": result.latency.p99_ms,
+                        "encoder_batch": encoder.average_batch_size,
+                        "encoder_compute_ms": encoder.average_compute_ms,
+                        "errors": result.error_count,
+                        "stable": result.stable,
+                    }
+                )
                 log.info("%-48s %s", policy, result.one_line())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "padding.json").write_text(json.dumps(rows, indent=1))
     lines = ["| padding policy | concurrency | req/s | p50 ms | p99 ms | avg encoder batch |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['policy']} | {r['concurrency']} | {r['throughput_rps']:.1f} | {format_ms(r['p50_ms'])} | {format_ms(r['p99_ms'])} | "
-              f"{format_ms(r['encoder_batch'], '.2f')} |" for r in rows]  # fmt: skip
+    lines += [
+        f"| {r['policy']} | {r['concurrency']} | {r['throughput_rps']:.1f} | {format_ms(r['p50_ms'])} | {format_ms(r['p99_ms'])} | "
+        f"{format_ms(r['encoder_batch'], '.2f')} |"
+        for r in rows
+    ]
     (args.out / "padding.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

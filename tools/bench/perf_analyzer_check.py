@@ -58,8 +58,14 @@ def perf_analyzer_binary() -> tuple[Path, dict[str, str]]:
 
 def input_data(sequence_length: int, path: Path) -> Path:
     ids = np.random.default_rng(0).integers(1000, 30_000, size=sequence_length).tolist()
-    document = {"data": [{"INPUT_IDS": {"content": ids, "shape": [sequence_length]},
-                          "ATTENTION_MASK": {"content": [1] * sequence_length, "shape": [sequence_length]}}]}  # fmt: skip
+    document = {
+        "data": [
+            {
+                "INPUT_IDS": {"content": ids, "shape": [sequence_length]},
+                "ATTENTION_MASK": {"content": [1] * sequence_length, "shape": [sequence_length]},
+            }
+        ]
+    }
     path.write_text(json.dumps(document))
     return path
 
@@ -67,9 +73,22 @@ def input_data(sequence_length: int, path: Path) -> Path:
 def run_perf_analyzer(grpc_url: str, concurrency: int, sequence_length: int, window_ms: int, stability: float) -> dict:
     binary, env = perf_analyzer_binary()
     out = HOME / f"pa-c{concurrency}.csv"
-    command = [str(binary), "-m", "encoder", "-u", grpc_url, "-i", "grpc", f"--concurrency-range={concurrency}",
-               f"--input-data={input_data(sequence_length, HOME / 'input.json')}", f"--measurement-interval={window_ms}",
-               "--max-trials=10", f"--stability-percentage={stability * 100:g}", "-f", str(out)]  # fmt: skip
+    command = [
+        str(binary),
+        "-m",
+        "encoder",
+        "-u",
+        grpc_url,
+        "-i",
+        "grpc",
+        f"--concurrency-range={concurrency}",
+        f"--input-data={input_data(sequence_length, HOME / 'input.json')}",
+        f"--measurement-interval={window_ms}",
+        "--max-trials=10",
+        f"--stability-percentage={stability * 100:g}",
+        "-f",
+        str(out),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"perf_analyzer failed ({result.returncode}): {result.stdout[-1500:]}{result.stderr[-1500:]}")
@@ -98,19 +117,28 @@ def run(argv: list[str] | None = None) -> int:
             ours = run_load(
                 encoder_target(args.seq_len), Traffic(concurrency=level), measurement, endpoints.grpc_url, "grpc", endpoints.http_url
             )
-            rows.append({"concurrency": level, "perf_analyzer": theirs,
-                         "loadgen": {"throughput_rps": ours.throughput_rps, "p50_ms": ours.latency.p50_ms, "p99_ms": ours.latency.p99_ms},
-                         "throughput_ratio": ours.throughput_rps / theirs["throughput_rps"],
-                         "p50_ratio": ours.latency.p50_ms / theirs["p50_ms"]})  # fmt: skip
+            rows.append(
+                {
+                    "concurrency": level,
+                    "perf_analyzer": theirs,
+                    "loadgen": {"throughput_rps": ours.throughput_rps, "p50_ms": ours.latency.p50_ms, "p99_ms": ours.latency.p99_ms},
+                    "throughput_ratio": ours.throughput_rps / theirs["throughput_rps"],
+                    "p50_ratio": ours.latency.p50_ms / theirs["p50_ms"],
+                }
+            )
             log.info(
                 "concurrency %d: perf_analyzer %s | loadgen %.1f req/s p50 %.1f ms", level, theirs, ours.throughput_rps, ours.latency.p50_ms
             )
-    lines = ["| concurrency | perf_analyzer req/s | loadgen req/s | ratio | perf_analyzer p50 ms | loadgen p50 ms | ratio |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| concurrency | perf_analyzer req/s | loadgen req/s | ratio | perf_analyzer p50 ms | loadgen p50 ms | ratio |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         pa, lg = r["perf_analyzer"], r["loadgen"]
-        lines.append(f"| {r['concurrency']} | {pa['throughput_rps']:.1f} | {lg['throughput_rps']:.1f} | {r['throughput_ratio']:.2f} | "
-                     f"{pa['p50_ms']:.1f} | {lg['p50_ms']:.1f} | {r['p50_ratio']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {r['concurrency']} | {pa['throughput_rps']:.1f} | {lg['throughput_rps']:.1f} | {r['throughput_ratio']:.2f} | "
+            f"{pa['p50_ms']:.1f} | {lg['p50_ms']:.1f} | {r['p50_ratio']:.2f} |"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "check.json").write_text(json.dumps(rows, indent=1))
     (args.out / "check.md").write_text("\n".join(lines) + "\n")

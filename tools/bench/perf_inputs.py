@@ -61,10 +61,12 @@ def token_input_data(config: ModelConfig, texts: list[str], tokenizer_path: Path
     tokenizer.enable_padding(length=sequence_length, pad_id=tokenizer.padding["pad_id"] if tokenizer.padding else 0)
     entries = []
     for encoding in tokenizer.encode_batch(texts):
-        entries.append({
-            INPUT_IDS: {"content": encoding.ids, "shape": [sequence_length]},
-            ATTENTION_MASK: {"content": encoding.attention_mask, "shape": [sequence_length]},
-        })  # fmt: skip
+        entries.append(
+            {
+                INPUT_IDS: {"content": encoding.ids, "shape": [sequence_length]},
+                ATTENTION_MASK: {"content": encoding.attention_mask, "shape": [sequence_length]},
+            }
+        )
     return {"data": entries}
 
 

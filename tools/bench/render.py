@@ -156,9 +156,21 @@ def _preset_section(report: dict) -> list[str]:
     for preset, names in pairs.items():
         levels = compare_levels(served.get(names["preset"], []), served.get(names["twin"], []))
         for lv in levels:
-            lines.append(_row([preset, lv.load, f"{lv.rps:.1f}", f"{lv.twin_rps:.1f}", lv.ratio_cell(),
-                               format_ms(lv.p99_ms), format_ms(lv.twin_p99_ms), f"x{format_ms(lv.p99_ratio, '.2f')}",
-                               lv.verdict()]))  # fmt: skip
+            lines.append(
+                _row(
+                    [
+                        preset,
+                        lv.load,
+                        f"{lv.rps:.1f}",
+                        f"{lv.twin_rps:.1f}",
+                        lv.ratio_cell(),
+                        format_ms(lv.p99_ms),
+                        format_ms(lv.twin_p99_ms),
+                        f"x{format_ms(lv.p99_ratio, '.2f')}",
+                        lv.verdict(),
+                    ]
+                )
+            )
         verdicts.append(verdict_line(preset, levels))
     return [*lines, "", *verdicts]
 
@@ -220,11 +232,33 @@ def render_markdown(report: dict) -> str:
         for r in results:
             load = f"{r['traffic']} (round {r.get('round', 1)})" if several else r["traffic"]
             batch = r["server"].get("encoder", {}).get("average_batch_size")
-            lines.append(_row([name, load, f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
-                               format_ms(r["latency"]["p99_ms"]), format_ms(batch, ".2f"), _errors(r)]))  # fmt: skip
+            lines.append(
+                _row(
+                    [
+                        name,
+                        load,
+                        f"{r['throughput_rps']:.1f}",
+                        format_ms(r["latency"]["p50_ms"]),
+                        format_ms(r["latency"]["p99_ms"]),
+                        format_ms(batch, ".2f"),
+                        _errors(r),
+                    ]
+                )
+            )
     for r in report["naive_batcher"]:
-        lines.append(_row(["naive batcher (in-process)", r["label"], f"{r['throughput_rps']:.1f}", format_ms(r["latency"]["p50_ms"]),
-                           format_ms(r["latency"]["p99_ms"]), f"{r['average_batch']:.2f}", 0]))  # fmt: skip
+        lines.append(
+            _row(
+                [
+                    "naive batcher (in-process)",
+                    r["label"],
+                    f"{r['throughput_rps']:.1f}",
+                    format_ms(r["latency"]["p50_ms"]),
+                    format_ms(r["latency"]["p99_ms"]),
+                    f"{r['average_batch']:.2f}",
+                    0,
+                ]
+            )
+        )
     lines += _preset_section(report)
 
     lines += ["", "## Ratios", ""]

@@ -95,8 +95,10 @@ def native_padding_configs(source: Path) -> dict[str, ModelConfig]:
         return {}
     set_tokenizer_policy(tokenizer, "buckets")
     set_encoder_policy(encoder, "buckets")
-    log.warning("the source runs the ragged padding policy, which NVIDIA's native backends cannot serve for this model; "
-                "the GPU variant pads by length buckets instead")  # fmt: skip
+    log.warning(
+        "the source runs the ragged padding policy, which NVIDIA's native backends cannot serve for this model; "
+        "the GPU variant pads by length buckets instead"
+    )
     return {"tokenizer": tokenizer, "encoder": encoder}
 
 
