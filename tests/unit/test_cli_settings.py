@@ -10,6 +10,7 @@ import pytest
 
 from tools.adapt import __main__ as adapt
 from tools.adapt import evaluate
+from tools.cli.arguments import parse_checked
 from tools.cli.settings import settings_from
 from tools.tune import __main__ as tune
 
@@ -53,3 +54,20 @@ def test_evaluate_settings_parse_the_pattern_and_delays() -> None:
     argv = ["--pattern", "low,peak", "--delays-us", "0,5000", "--control-window", "1.5"]
     settings = evaluate.settings_from_args(evaluate.build_parser().parse_args(argv))
     assert settings.pattern == ("low", "peak") and settings.delays_us == (0, 5000) and settings.control_window_s == 1.5
+
+
+def test_parse_checked_turns_a_refused_option_into_a_usage_error(capsys) -> None:
+    parser = argparse.ArgumentParser(prog="demo")
+    parser.add_argument("--rate", type=float, default=1.0)
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("-q", "--quiet", action="count", default=0)
+
+    def check(args: argparse.Namespace) -> None:
+        if args.rate <= 0:
+            raise ValueError(f"--rate must be above 0, got {args.rate:g}")
+
+    assert parse_checked(parser, ["--rate", "2"], check).rate == 2.0
+    with pytest.raises(SystemExit) as exit_info:
+        parse_checked(parser, ["--rate", "0"], check)
+    assert exit_info.value.code == 2
+    assert "--rate must be above 0, got 0" in capsys.readouterr().err

@@ -14,8 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
+from tools.cli.arguments import parse_checked
 from tools.cli.exit_status import run_reporting_errors
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags
 from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
 from tools.loadgen.measure import run_load
@@ -64,13 +65,7 @@ def measure(args: argparse.Namespace) -> int:
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        check_load_arguments(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    configure_logging(args)
+    args = parse_checked(build_parser(), argv, check_load_arguments)
     return run_reporting_errors(lambda: measure(args), log)
 
 

@@ -17,7 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.arguments import parse_checked
+from tools.cli.logsetup import add_verbosity_flags
 from tools.load.engine import drive
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK, REJECTED, SHED, TIMEOUT
@@ -181,13 +182,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        check_arguments(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    configure_logging(args)
+    args = parse_checked(build_parser(), argv, check_arguments)
     repository = bounded_repository(BUILD_DIR / "overload-repository", args.queue)
     args.output.mkdir(parents=True, exist_ok=True)
     results = []

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.arguments import parse_checked
+from tools.cli.logsetup import add_verbosity_flags
 from tools.load.engine import LoadEngine, Run
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
@@ -249,13 +250,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        check_arguments(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    configure_logging(args)
+    args = parse_checked(build_parser(), argv, check_arguments)
     http, grpc, metrics = free_ports(3)
     args.output.mkdir(parents=True, exist_ok=True)
     options = ServerOptions(
