@@ -29,6 +29,8 @@ from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.cli.settings import settings_from
 from tools.contract import GRPC_PORT
+from tools.load.requests import TOKEN_IDS, input_kind
+from tools.repo.model_config import ModelConfig
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.server_session import triton_endpoints
 from tools.tune.curve import encoder_batch, measure_curve
@@ -111,12 +113,13 @@ def settings_from_args(args: argparse.Namespace) -> AdaptSettings:
     return settings_from(AdaptSettings, args, law=law, admin_key=admin_key, duration_s=args.duration, window_s=args.window)
 
 
-def measured_gain(http_url: str, model: str, seq_len: int, max_batch: int) -> float:
-    """Best rows/s over batch-1 rows/s, from a few single requests (the tuner's curve)."""
-    if not model.startswith("encoder"):
+def measured_gain(http_url: str, config: ModelConfig, seq_len: int) -> float:
+    """Best rows/s over batch-1 rows/s, from a few single requests (the tuner's curve); the
+    law's default for a model that takes texts, whose curve needs no token-id batches."""
+    if input_kind(config) != TOKEN_IDS:
         return ControlSettings(p99_ms=1.0).batching_gain
-    sizes = [b for b in (1, 4, 8) if b <= max_batch]
-    points = measure_curve(http_url, model, encoder_batch(seq_len), sizes, repeats=2)
+    sizes = [b for b in (1, 4, 8) if b <= config.max_batch_size]
+    points = measure_curve(http_url, config.name, encoder_batch(seq_len), sizes, repeats=2)
     return max(p.rows_per_s for p in points) / points[0].rows_per_s
 
 
@@ -135,7 +138,7 @@ def run_controller(settings: AdaptSettings) -> int:
             return 2
         gain = settings.batching_gain
         if gain is None:
-            gain = measured_gain(endpoints.http_url, settings.model, settings.seq_len, base.max_batch_size)
+            gain = measured_gain(endpoints.http_url, base, settings.seq_len)
             log.info("batching gain of %s at %d tokens: %.2fx", settings.model, settings.seq_len, gain)
         law = replace(settings.law, batching_gain=gain, max_batch_size=base.max_batch_size)
         delay = base.dynamic_batching.max_queue_delay_microseconds
