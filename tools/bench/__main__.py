@@ -37,7 +37,7 @@ from tools.repo.model_config import ModelConfig, load_config
 from tools.repo.presets import PRESETS, PresetError, preset_configs
 from tools.serve.local_triton import TritonStartError
 from tools.serve.server_session import triton_endpoints
-from tools.triton_client import TritonError, load_with_config
+from tools.triton_client import TritonError
 from tools.tune.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
@@ -206,84 +206,135 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class BenchSettings:
+    """The command line as typed values; built once in `run()`, read by everything below."""
+
+    configs: list[str]  # CONFIG_NAMES to run, in order
+    target: str  # "embed" (texts through the ensemble) or "encoder" (token ids)
+    seq_len: int
+    levels: list[int]  # closed-loop concurrencies
+    rate: float  # Poisson req/s; 0: 40% of the raw engine's best
+    rounds: int
+    batch_sizes: list[int]  # of the raw engine curve
+    winner: Path | None
+    out: Path
+    warmup_s: float
+    window_s: float
+    max_windows: int
+
+
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    """Typed settings (ValueError or PresetError names a bad option)."""
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    return BenchSettings(
+        configs=parse_configs(args.configs, args.no_model_analyzer),
+        target=args.target,
+        seq_len=args.seq_len or (32 if args.target == "embed" else 128),
+        levels=[int(c) for c in args.concurrency.split(",") if c.strip()],
+        rate=args.rate,
+        rounds=args.rounds,
+        batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
+        winner=args.winner,
+        out=args.out,
+        warmup_s=args.warmup,
+        window_s=args.window,
+        max_windows=args.max_windows,
+    )
+
+
+def measure_served(settings: BenchSettings, groups: list[Group], traffics: list[Traffic], target) -> dict[str, list[dict]]:
+    """Every group's configs on one local Triton with explicit model control, level by level."""
+    measurement = Measurement(settings.warmup_s, settings.window_s, 3, settings.max_windows, 0.10, ("encoder",))
+    with triton_endpoints(None, explicit_control=True) as endpoints:
+
+        def load(model: str, config: ModelConfig) -> bool:
+            try:
+                endpoints.client.load(model, config)
+                return True
+            except TritonError as exc:
+                log.error("%s: %s", model, exc)
+                return False
+
+        def measure(name: str, traffic: Traffic) -> dict:
+            result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
+            log.info("%-34s %s", name, result.one_line())
+            return result.to_dict()
+
+        return measure_groups(groups, traffics, settings.rounds, measure, load)
+
+
+def write_report(out: Path, report: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(render_markdown(report))
+    print((out / "report.md").read_text())
+    log.info("wrote %s and %s in %.0f s", out / "report.md", out / "report.json", report["seconds"])
+
+
+def bench(settings: BenchSettings) -> int:
+    started = time.perf_counter()
+    presets = [preset_group(name) for name in settings.configs if name in PRESETS]
+    base = load_config(MODEL_REPOSITORY / "encoder")
+    session = open_session(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx")
+
+    log.info("[1/3] raw engine curve at %d tokens", settings.seq_len)
+    raw = raw_curve(session, settings.seq_len, settings.batch_sizes, min_seconds=settings.window_s / 2)
+    rate = settings.rate or max(1.0, round(0.4 * max(p.rows_per_s for p in raw)))
+    traffics = [Traffic(concurrency=c) for c in settings.levels] + [Traffic(rate=rate, seed=11)]
+    target = embed_target() if settings.target == "embed" else encoder_target(settings.seq_len)
+    floor = ensemble_batch_floor(MODEL_REPOSITORY, "encoder")[0] if settings.target == "embed" else 0
+    groups = presets + other_groups(settings.configs, settings.winner, floor)
+    rows = ", ".join(name for group in groups for name in group.encoders) or "nothing"
+    log.info("[2/3] Triton: %s, under %s", rows, ", ".join(t.label() for t in traffics))
+    try:
+        served = measure_served(settings, groups, traffics, target)
+    except TritonStartError as exc:
+        log.error("%s", exc)
+        return 1
+    naive = []
+    if "naive" in settings.configs:
+        naive = naive_results(session, base, traffics, settings.seq_len, settings.warmup_s, settings.window_s * 2)
+    run_settings = {
+        "target": target.describe,
+        "sequence_length": settings.seq_len,
+        "concurrency": settings.levels,
+        "poisson_rate": rate,
+        "window_s": settings.window_s,
+        "max_windows": settings.max_windows,
+        "runs": 1,
+        "rounds": settings.rounds,
+        "configs": settings.configs,
+    }
+    write_report(
+        settings.out,
+        {
+            "settings": run_settings,
+            "cpu": cpu_description(),
+            "date": date.today().isoformat(),
+            "pairs": {group.preset: {"preset": preset_row(group.preset), "twin": group.twin} for group in presets},
+            "raw_engine": [asdict(p) for p in raw],
+            "served": served,
+            "naive_batcher": naive,
+            "seconds": time.perf_counter() - started,
+        },
+    )
+    return 0
+
+
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     try:
-        selected = parse_configs(args.configs, args.no_model_analyzer)
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
-        presets = [preset_group(name) for name in selected if name in PRESETS]
+        settings = settings_from_args(args)
+        for name in settings.configs:  # a preset's configs must build before any load starts
+            if name in PRESETS:
+                preset_group(name)
     except (ValueError, PresetError) as exc:
         log.error("%s", exc)
         return 2
-    started = time.perf_counter()
-    args.seq_len = args.seq_len or (32 if args.target == "embed" else 128)
-    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
-    base = load_config(MODEL_REPOSITORY / "encoder")
-    session = open_session(MODEL_REPOSITORY / "encoder" / "1" / "model.onnx")
-
-    log.info("[1/3] raw engine curve at %d tokens", args.seq_len)
-    raw = raw_curve(session, args.seq_len, [int(b) for b in args.batch_sizes.split(",")], min_seconds=args.window / 2)
-    best = max(raw, key=lambda p: p.rows_per_s)
-    rate = args.rate or max(1.0, round(0.4 * best.rows_per_s))
-    traffics = [Traffic(concurrency=c) for c in levels] + [Traffic(rate=rate, seed=11)]
-    measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("encoder",))
-    target = embed_target() if args.target == "embed" else encoder_target(args.seq_len)
-    floor = ensemble_batch_floor(MODEL_REPOSITORY, "encoder")[0] if args.target == "embed" else 0
-    groups = presets + other_groups(selected, args.winner, floor)
-
-    rows = ", ".join(name for group in groups for name in group.encoders) or "nothing"
-    log.info("[2/3] Triton: %s, under %s", rows, ", ".join(t.label() for t in traffics))
-    try:
-        with triton_endpoints(None, explicit_control=True) as endpoints:
-
-            def load(model: str, config: ModelConfig) -> bool:
-                try:
-                    load_with_config(endpoints.http_url, model, config, endpoints.headers)
-                    return True
-                except TritonError as exc:
-                    log.error("%s: %s", model, exc)
-                    return False
-
-            def measure(name: str, traffic: Traffic) -> dict:
-                result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
-                log.info("%-34s %s", name, result.one_line())
-                return result.to_dict()
-
-            served = measure_groups(groups, traffics, args.rounds, measure, load)
-    except TritonStartError as exc:
-        log.error("%s", exc)
-        return 1
-
-    naive = naive_results(session, base, traffics, args.seq_len, args.warmup, args.window * 2) if "naive" in selected else []
-    settings = {
-        "target": target.describe,
-        "sequence_length": args.seq_len,
-        "concurrency": levels,
-        "poisson_rate": rate,
-        "window_s": args.window,
-        "max_windows": args.max_windows,
-        "runs": 1,
-        "rounds": args.rounds,
-        "configs": selected,
-    }
-    report = {
-        "settings": settings,
-        "cpu": cpu_description(),
-        "date": date.today().isoformat(),
-        "pairs": {group.preset: {"preset": preset_row(group.preset), "twin": group.twin} for group in presets},
-        "raw_engine": [asdict(p) for p in raw],
-        "served": served,
-        "naive_batcher": naive,
-        "seconds": time.perf_counter() - started,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
-    (args.out / "report.md").write_text(render_markdown(report))
-    print((args.out / "report.md").read_text())
-    log.info("wrote %s and %s in %.0f s", args.out / "report.md", args.out / "report.json", report["seconds"])
-    return 0
+    return bench(settings)
 
 
 def main() -> None:
