@@ -60,23 +60,24 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def triton_for(args: argparse.Namespace, report_dir: Path) -> Iterator[None]:
-    """Use the server that answers at --triton-http-url, or start one on those ports."""
-    if TritonClient(args.triton_http_url).server_ready():
-        log.info("using the Triton server at %s", args.triton_http_url)
+def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = True) -> Iterator[None]:
+    """Use the server that answers at `http_url`, or (unless `start` is False) start one on
+    those ports."""
+    if TritonClient(http_url).server_ready():
+        log.info("using the Triton server at %s", http_url)
         yield
         return
-    if args.no_start:
-        raise TritonStartError(f"no Triton answers at {args.triton_http_url} (and --no-start was given)")
-    host, http_port = _host_port(args.triton_http_url)
-    grpc_host, grpc_port = _host_port(args.triton_grpc_url)
+    if not start:
+        raise TritonStartError(f"no Triton answers at {http_url} (and --no-start was given)")
+    host, http_port = _host_port(http_url)
+    grpc_host, grpc_port = _host_port(grpc_url)
     if grpc_host != host:
         raise TritonStartError("to start a local server, the HTTP and gRPC URLs must name the same host")
     metrics_port = ServerOptions().metrics_port
     if port_in_use(host, metrics_port):
         metrics_port = free_ports(1, host)[0]
     options = ServerOptions(host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, exit_timeout_s=5)
-    log.info("no Triton at %s; starting one (log: %s)", args.triton_http_url, report_dir / "triton.log")
+    log.info("no Triton at %s; starting one (log: %s)", http_url, report_dir / "triton.log")
     with LocalTriton(options, log_path=report_dir / "triton.log").start():
         yield
 
@@ -136,7 +137,7 @@ def run(argv: list[str] | None = None) -> int:
     csv_prefix, html = report_dir / "locust", report_dir / "report.html"
     slos = slos_from_args(args)
     try:
-        with triton_for(args, report_dir):
+        with triton_for(args.triton_http_url, args.triton_grpc_url, report_dir, start=not args.no_start):
             before = PipelineCounters.take(args.triton_http_url)
             code = run_locust(locust_command(args, csv_prefix, html))
             deltas = PipelineCounters.take(args.triton_http_url) - before
