@@ -71,8 +71,7 @@ class PolicyServer:
         self.policy = (policy, join_delay_us)
 
     def counts(self) -> PaddingCounts:
-        ModelStats.settled(self.options.http_url, "encoder")
-        return PaddingCounts.fetch(self.options.metrics_url)
+        return PaddingCounts.settled(self.options.metrics_url)
 
 
 @pytest.fixture(scope="module")
@@ -180,14 +179,17 @@ def test_padding_counters_count_tokens_sent_straight_to_the_encoder(triton) -> N
     client = grpcclient.InferenceServerClient(triton.grpc_url)
     ids = np.full((2, 10), 2000)
     mask = np.array([[1] * 7 + [0] * 3, [1] * 10])
-    before = PaddingCounts.fetch(triton.metrics_url)
+    before = PaddingCounts.settled(triton.metrics_url)
     try:
         client.infer("encoder", token_tensors(grpcclient, ids, mask))
     finally:
         client.close()
-    delta = PaddingCounts.fetch(triton.metrics_url) - before
-    assert (delta.real_tokens, delta.padding_tokens, delta.rows, delta.runs) == (17, 3, 2, 1)
-    assert delta.waste == pytest.approx(3 / 17)
+    delta = PaddingCounts.settled(triton.metrics_url) - before
+    assert (delta.real_tokens, delta.rows) == (17, 2)
+    # The committed ragged encoder runs the rows together (3 padding tokens) or, when its
+    # measured cost model says two runs are cheaper, each at its own length (no padding).
+    assert (delta.padding_tokens, delta.runs) in {(3, 1), (0, 2)}, delta
+    assert delta.waste == pytest.approx(delta.padding_tokens / 17)
 
 
 def test_a_tiny_length_benchmark_writes_its_report(tmp_path) -> None:

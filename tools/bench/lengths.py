@@ -34,7 +34,6 @@ from tools.loadgen.cli_args import length_mix_from_args, number_list
 from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import parse_priority_mix
 from tools.observe.padding_waste import PaddingCounts
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import POLICIES, policy_configs
 from tools.repo.model_config import load_config
@@ -90,10 +89,9 @@ def raw_engine_points(model_path: Path, instances: int, seconds: float, previous
 
 
 def measure_level(policy: str, traffic: Traffic, target, measurement: Measurement, endpoints) -> dict:
-    before = PaddingCounts.fetch(endpoints.metrics_url)
+    before = PaddingCounts.settled(endpoints.metrics_url)
     result = run_load(target, traffic, measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
-    ModelStats.settled(endpoints.http_url, "encoder")  # counters of the last responses land after them
-    counts = PaddingCounts.fetch(endpoints.metrics_url) - before
+    counts = PaddingCounts.settled(endpoints.metrics_url) - before  # counters of the last responses land after them
     row = result.to_dict()
     row["policy"] = policy
     row["padding"] = {**counts.__dict__, "waste": counts.waste, "rows_per_run": counts.rows_per_run}

@@ -8,6 +8,7 @@ API, the counters are cumulative; a measurement subtracts two snapshots.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 
 from tools.serve.backends.onnxruntime import padding_metrics as names
@@ -41,6 +42,20 @@ class PaddingCounts:
     @classmethod
     def fetch(cls, metrics_url: str, model: str = "encoder") -> PaddingCounts:
         return cls.from_samples(fetch_metrics(metrics_url), model)
+
+    @classmethod
+    def settled(cls, metrics_url: str, model: str = "encoder", quiet_s: float = 0.2, timeout_s: float = 10.0) -> PaddingCounts:
+        """Counters once they stop moving: a Python backend's metric updates travel to Triton
+        apart from its responses, so a read right after a response can miss them. The last
+        read if they never pause for `quiet_s` within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        latest = cls.fetch(metrics_url, model)
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            previous, latest = latest, cls.fetch(metrics_url, model)
+            if latest == previous:
+                break
+        return latest
 
     def __sub__(self, earlier: PaddingCounts) -> PaddingCounts:
         return PaddingCounts(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
