@@ -12,6 +12,7 @@ Examples:
   python -m tools.tune --model encoder --p99-ms 150
   python -m tools.tune --model encoder --p99-ms 100 --rate 40,80 --strategy grid --delays-us 0,2000,8000
   python -m tools.tune --model encoder --p99-ms 80 --objective mixed --priority-mix 1:0.2,2:0.8 --apply
+  python -m tools.tune --model encoder --p99-ms 250 --strategy model-guided   # simulate all, measure the top 3 (docs/simulate.md)
 """
 
 from __future__ import annotations
@@ -45,13 +46,17 @@ from tools.model_config import ModelConfig, format_config, has_priority_queues, 
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repository_check import ensemble_batch_floor
 from tools.server_session import Endpoints, triton_endpoints
+from tools.simulate import guided
+from tools.simulate.batcher import BatcherSpec
+from tools.simulate.cost_model import CostModel
+from tools.simulate.workload import Lengths
 from tools.triton_client import TritonError
 from tools.tuning.curve import encoder_batch, knee, measure_curve
 from tools.tuning.objectives import OBJECTIVES
 from tools.tuning.report import config_diff, plot_trials, write_trials
 from tools.tuning.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tuning.space import SearchSpace, apply_candidate, candidate_of
-from tools.tuning.strategies import make_strategy
+from tools.tuning.strategies import Listed, make_strategy, triton_default
 
 log = logging.getLogger("tune")
 
@@ -84,6 +89,8 @@ class TuneSettings:
     priority_queues: str = "auto"
     priority_mix: bool = False  # the traffic carries a priority mix
     strategy: str = "hill-climb"
+    cost_model: str = "auto"  # model-guided: a cost model file, auto or calibrate (tools/simulate/guided.py)
+    top: int = 3  # model-guided: candidates measured live besides the control
     max_trials: int = 14
     confirm: int = 3
     resume: bool = False
@@ -139,7 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority-mix or the objective is mixed, else try both",
     )
     search = parser.add_argument_group("search")
-    search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
+    search.add_argument("--strategy", choices=("hill-climb", "grid", "model-guided"), default="hill-climb",
+                        help="model-guided: simulate a fine space, measure only the --top few and Triton's default")  # fmt: skip
+    search.add_argument("--cost-model", default="auto",
+                        help="model-guided: a cost model JSON, `calibrate` (a quick one on the server being tuned) or `auto` "
+                        "(the shipped measured one when this CPU matches it, else calibrate; default)")  # fmt: skip
+    search.add_argument("--top", type=int, default=3, help="model-guided: candidates measured live (default %(default)s)")
     search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
     search.add_argument("--confirm", type=int, default=3, help="re-measure this many best configs; each keeps its worse run (default 3)")
     search.add_argument("--resume", action="store_true", help="reuse trials from the report folder's checkpoint")
@@ -162,6 +174,10 @@ def search_space(settings: TuneSettings, http_url: str, base: ModelConfig) -> Se
         values["preferred_styles"] = tuple(values["preferred_styles"])
         return SearchSpace(**values)
     sizes, delays = settings.max_batch_sizes, settings.delays_us
+    if settings.strategy == "model-guided":  # simulating is cheap: a fine space, no live batch curve
+        sizes = sizes or [size for size in guided.FINE_MAX_BATCH_SIZES if size <= base.max_batch_size] or [base.max_batch_size]
+        delays = delays or guided.FINE_DELAYS_US
+        styles = styles if settings.preferred != PREFERRED_DEFAULT else tuple(guided.FINE_PREFERRED.split(","))
     if sizes is None or delays is None:
         derived_sizes, derived_delays, knee_size = derive_space(settings, http_url, base)
         sizes, delays = sizes or derived_sizes, delays or derived_delays
@@ -289,14 +305,40 @@ def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, targe
     tuner = Tuner(base, measure, lambda config: endpoints.client.load(settings.model, config),
                   settings.p99_ms, settings.objective, checkpoint)  # fmt: skip
     baseline = candidate_of(base)
-    strategy = make_strategy(settings.strategy, space, baseline, settings.max_trials)
+    plan = guided_plan(settings, endpoints, base, space) if settings.strategy == "model-guided" else None
+    strategy = Listed(plan.to_measure) if plan else make_strategy(settings.strategy, space, baseline, settings.max_trials)
     log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, settings.objective, settings.p99_ms,
              ", ".join(t.label() for t in settings.traffics))  # fmt: skip
     started = tuner.evaluate(baseline)
     progress_line(0, started, best_trial([started]))
     strategy.record(baseline, started.score)
-    trials = tuner.run(strategy, progress_line, [started])
-    return confirm_finalists(tuner, trials, settings.confirm)
+    trials = confirm_finalists(tuner, tuner.run(strategy, progress_line, [started]), settings.confirm)
+    if plan:
+        print(f"predicted ({plan.source}) vs measured:\n{plan.finish(trials, settings.report_dir / 'guided.json')}", flush=True)
+    return trials
+
+
+def guided_plan(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, space: SearchSpace) -> guided.GuidedPlan:
+    """Simulate the whole space under the sweep's traffic (tools/simulate/guided.py)."""
+    from tools.bench.machine import cpu_description
+    from tools.simulate.calibrate import calibrate
+
+    def quick_calibration():
+        grid = guided.QUICK_GRID
+        log.info("calibrating a cost model on this server (batch sizes %s, lengths %s, instances %s)",
+                 grid["batches"], grid["lengths"], space.instances)  # fmt: skip
+        return calibrate(endpoints, grid["batches"], grid["lengths"], space.instances, grid["max_tokens"], grid["repeats"])
+
+    cost, source = guided.choose_cost_model(settings.cost_model, cpu_description(), quick_calibration)
+    through_ensemble = settings.load_model != settings.model
+    tokenizer = BatcherSpec.from_config(endpoints.client.config("tokenizer")) if through_ensemble else None
+    if settings.requests.length_mix is not None:
+        lengths = Lengths("mixed", mix=settings.requests.length_mix)
+    else:
+        lengths = Lengths("samples") if through_ensemble else Lengths("fixed", settings.seq_len)
+    pipeline = guided.Pipeline(cost, base, tokenizer, lengths)
+    return guided.plan_guided(pipeline, source, space.candidates(), triton_default(space), candidate_of(base), settings.traffics,
+                              settings.p99_ms, settings.objective, settings.top)  # fmt: skip
 
 
 def config_digest(config: ModelConfig) -> str:
@@ -356,6 +398,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
     if args.max_trials < 1:
         raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    if args.strategy == "model-guided" and args.cost_model not in ("auto", "calibrate"):
+        CostModel.load(Path(args.cost_model))  # a missing or malformed file is refused before any server starts
+    if args.strategy == "model-guided" and args.model != "encoder" and args.cost_model in ("auto", "calibrate"):
+        raise ValueError("--strategy model-guided calibrates the encoder only: give --cost-model FILE for another model")
     if args.confirm < 0:
         raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
     for option, values, least in (("--max-batch-sizes", args.max_batch_sizes, 1), ("--delays-us", args.delays_us, 0),
