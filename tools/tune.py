@@ -379,7 +379,8 @@ def write_outputs(settings: TuneSettings, base: ModelConfig, trials: list[Trial]
         # form of the model (a GPU variant) whose other fields do not belong there.
         committed = load_config(MODEL_REPOSITORY / settings.model)
         applied = apply_candidate(committed, winner.candidate)
-        save_config(applied, MODEL_REPOSITORY / settings.model)
+        if format_config(applied) != format_config(committed):  # an unchanged file keeps its comments
+            save_config(applied, MODEL_REPOSITORY / settings.model)
         diff = config_diff(committed, applied, f"{settings.model}/config.pbtxt")
         print(f"applied the winner's batching to {MODEL_REPOSITORY / settings.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
     return 0
