@@ -82,3 +82,51 @@ def test_tuning_a_server_without_explicit_model_control_is_refused(triton) -> No
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "explicit model-control mode" in result.stderr
+
+
+def test_model_guided_measures_the_top_and_the_default_and_reports_predicted_vs_measured(tmp_path) -> None:
+    cost_model = REPO_ROOT / "tools" / "simulate" / "cost_models" / "measured-xeon-2core.json"
+    command = [
+        sys.executable,
+        "-m",
+        "tools.tune",
+        "--model",
+        "encoder",
+        "--p99-ms",
+        "5000",
+        "--strategy",
+        "model-guided",
+        "--cost-model",
+        str(cost_model),
+        "--top",
+        "2",
+        "--delays-us",
+        "0,2000",
+        "--instances",
+        "1",
+        "--priority-queues",
+        "try-without",
+        "--confirm",
+        "1",
+        "--concurrency",
+        "4",
+        "--warmup",
+        "0.3",
+        "--window",
+        "1",
+        "--max-windows",
+        "3",
+        "--report-dir",
+        str(tmp_path),
+        "--no-plots",
+    ]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("[trial") == 4, "the server's config, the top 2 and the control"
+    report = json.loads((tmp_path / "guided.json").read_text())
+    assert report["simulated"] >= 12
+    rows = report["predicted_vs_measured"]
+    assert len(rows) == 4
+    assert any(row["role"].startswith("control: dynamic_batching {}") for row in rows)
+    assert all(row["measured"]["throughput_rps"] > 0 and row["predicted"]["throughput_rps"] > 0 for row in rows)
+    assert "predicted" in result.stdout and "winner:" in result.stdout

@@ -14,8 +14,22 @@ def result(throughput: float, p99: float, errors: int = 0, interactive_p99: floa
     classes = {}
     if interactive_p99 is not None:
         classes[1] = ClassResult(20, {"ok": 20}, LatencySummary(count=20, p99_ms=interactive_p99), throughput * 0.2)
-    return LoadResult("t", "target", "grpc", 10.0, 3, True, 100 + errors, outcomes, throughput, throughput,
-                      LatencySummary(count=100, p99_ms=p99), classes, 0, 0.0)  # fmt: skip
+    return LoadResult(
+        "t",
+        "target",
+        "grpc",
+        10.0,
+        3,
+        True,
+        100 + errors,
+        outcomes,
+        throughput,
+        throughput,
+        LatencySummary(count=100, p99_ms=p99),
+        classes,
+        0,
+        0.0,
+    )
 
 
 def test_throughput_within_the_slo_is_averaged_over_all_levels() -> None:
@@ -104,8 +118,14 @@ def test_a_confirmed_finalist_keeps_its_worse_run(tmp_path) -> None:
     from tools.repo.model_config import load_config
 
     runs = iter([[result(200, 100)], [result(200, 600)]])  # the second run meets a stall
-    tuner = Tuner(load_config(MODEL_REPOSITORY / "encoder"), lambda: next(runs), lambda config: None, 250, "throughput-slo",
-                  Checkpoint(tmp_path / "c.json", {}))  # fmt: skip
+    tuner = Tuner(
+        load_config(MODEL_REPOSITORY / "encoder"),
+        lambda: next(runs),
+        lambda config: None,
+        250,
+        "throughput-slo",
+        Checkpoint(tmp_path / "c.json", {}),
+    )
     first = tuner.evaluate(Candidate(32, (), 0))
     assert first.score.feasible
     confirmed = tuner.confirm(first)

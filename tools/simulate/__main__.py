@@ -3,6 +3,7 @@
   calibrate  measure execution time per batch size and length on a server -> cost model JSON
   predict    simulate one config under one load level (throughput, latency per class, batches)
   validate   predict and measure a list of configs under several loads; errors per figure
+  adapt      tools.adapt's control law on make bench-adapt's bursty trace vs every static delay
 
 Examples:
   python -m tools.simulate calibrate --out build/simulate/cost-model.json
@@ -10,6 +11,7 @@ Examples:
       --config model_repository/encoder/config.pbtxt --concurrency 8 --json
   python -m tools.simulate validate --cost-model build/simulate/cost-model.json \\
       --configs tools/simulate/validation-configs.yaml --concurrency 1,8 --rate 40 --json reports/simulate/validation.json
+  python -m tools.simulate adapt --cost-model tools/simulate/cost_models/synthetic-gpu.json
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.serve.admin_key import add_admin_key_arguments
+from tools.simulate.adapt_sim import STATIC_DELAYS_US
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import add_model_arguments, add_traffic_arguments, model_settings, read_config, traffic_of
 from tools.simulate.predict import Prediction, predict
@@ -85,7 +88,51 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--requests", type=int, default=4000, help="requests per prediction (default %(default)s)")
     v.add_argument("--no-plot", action="store_true")
     add_verbosity_flags(v)
+
+    a = commands.add_parser("adapt", help="tools.adapt's control law vs every static delay on a bursty trace (no server)")
+    a.add_argument("--cost-model", type=Path, required=True, help="cost model JSON")
+    a.add_argument("--config", type=Path, default=MODEL_REPOSITORY / "encoder" / "config.pbtxt", help="encoder config (default: committed)")
+    a.add_argument("--keep-priority-queues", action="store_true", help="keep the config's priority queues (default: without)")
+    a.add_argument("--p99-ms", type=float, default=150.0, help="SLO (default %(default)s, as make bench-adapt)")
+    a.add_argument("--seq-len", type=int, default=128, help="tokens per request (default %(default)s)")
+    a.add_argument("--low-rate", type=float, default=None, help="req/s in low phases (default: 25%% of batch-1 capacity)")
+    a.add_argument("--peak-rate", type=float, default=None, help="req/s in peak phases (default: 75%% of batch-1 capacity)")
+    a.add_argument("--phase-s", type=float, default=15.0)
+    a.add_argument("--pattern", default="low,peak,low,peak")
+    a.add_argument("--delays-us", default=",".join(map(str, STATIC_DELAYS_US)), help="static delays compared (default %(default)s)")
+    a.add_argument("--reload-s", type=float, default=2.0, help="seconds a delay change takes to apply (default %(default)s)")
+    a.add_argument("--json", type=Path, default=None, help="also write the result here")
+    add_verbosity_flags(a)
     return parser
+
+
+def run_adapt(args: argparse.Namespace) -> int:
+    from tools.repo.model_config import without_priority_queues
+    from tools.simulate.adapt_sim import AdaptSimSettings, evaluate, render
+    from tools.simulate.cost_model import CostModel
+
+    try:
+        delays = tuple(int(part) for part in args.delays_us.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"--delays-us must be a comma list of whole microseconds, got {args.delays_us!r}") from None
+    settings = AdaptSimSettings(
+        p99_ms=args.p99_ms,
+        seq_len=args.seq_len,
+        low_rate=args.low_rate,
+        peak_rate=args.peak_rate,
+        phase_s=args.phase_s,
+        pattern=tuple(args.pattern.split(",")),
+        static_delays_us=delays,
+        reload_s=args.reload_s,
+    )
+    cost = CostModel.load(args.cost_model)
+    base = read_config(args.config)
+    result = evaluate(cost, base if args.keep_priority_queues else without_priority_queues(base), settings)
+    print(render(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -114,6 +161,8 @@ def run(argv: list[str] | None = None) -> int:
         from tools.simulate.calibrate import run_calibrate
 
         return run_reporting_errors(lambda: run_calibrate(args), log)
+    if args.command == "adapt":
+        return run_reporting_errors(lambda: run_adapt(args), log)
     from tools.simulate.validate import run_validate
 
     return run_reporting_errors(lambda: run_validate(args), log)

@@ -48,6 +48,7 @@ class Execution:
     started: float
     rows: int
     lengths: tuple[int, ...]
+    ended: float = math.nan  # when its instance finished executing it (before the release gap)
 
 
 @dataclass
@@ -267,7 +268,8 @@ class Simulation:
                     remaining -= 1
         step.free -= 1
         lengths = tuple(r.tokens for r in batch)
-        self.executions.append(Execution(step.name, now, len(batch), lengths))
+        execution = Execution(step.name, now, len(batch), lengths)
+        self.executions.append(execution)
         factor = self.cost.noise_factor(self.rng.random())
         if step.name == "encoder" and step.spec.ragged_split and len(batch) > 1:
             # Our backend runs the split shortest first and answers each request as soon as
@@ -282,6 +284,7 @@ class Simulation:
         else:
             end = first = now + self.execution_ms(step, lengths) * factor
             self.push(end, self.respond, position, batch)
+        execution.ended = end
         window = (first, end + self.cost.stall.release_gap_ms)
         step.release_windows.append(window)
         self.push(window[1], self.release, position, window)

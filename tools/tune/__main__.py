@@ -12,6 +12,7 @@ Examples:
   python -m tools.tune --model encoder --p99-ms 150
   python -m tools.tune --model encoder --p99-ms 100 --rate 40,80 --strategy grid --delays-us 0,2000,8000
   python -m tools.tune --model encoder --p99-ms 80 --objective mixed --priority-mix 1:0.2,2:0.8 --apply
+  python -m tools.tune --model encoder --p99-ms 250 --strategy model-guided   # simulate all, measure the top 3 (docs/simulate.md)
 """
 
 from __future__ import annotations
@@ -45,13 +46,17 @@ from tools.repo.model_config import ModelConfig, format_config, has_priority_que
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.interrupts import signals_interrupt
 from tools.serve.server_session import Endpoints, triton_endpoints
+from tools.simulate import guided
+from tools.simulate.batcher import BatcherSpec
+from tools.simulate.cost_model import CostModel
+from tools.simulate.workload import Lengths
 from tools.triton_client import TritonError
 from tools.tune.curve import encoder_batch, knee, measure_curve
 from tools.tune.objectives import OBJECTIVES
 from tools.tune.report import config_diff, plot_trials, write_trials
 from tools.tune.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tune.space import SearchSpace, apply_candidate, candidate_of
-from tools.tune.strategies import make_strategy
+from tools.tune.strategies import Listed, make_strategy, triton_default
 
 log = logging.getLogger("tune")
 
@@ -84,6 +89,8 @@ class TuneSettings:
     priority_queues: str = "auto"
     priority_mix: bool = False  # the traffic carries a priority mix
     strategy: str = "hill-climb"
+    cost_model: str = "auto"  # model-guided: a cost model file, auto or calibrate (tools/simulate/guided.py)
+    top: int = 3  # model-guided: candidates measured live besides the control
     max_trials: int = 14
     confirm: int = 3
     resume: bool = False
@@ -127,8 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     space.add_argument("--space", type=Path, default=None, help="YAML file with max_batch_sizes, delays_us, preferred_styles, instances")
     space.add_argument("--max-batch-sizes", type=lambda t: number_list(t, int), default=None)
     space.add_argument("--delays-us", type=lambda t: number_list(t, int), default=None)
-    space.add_argument("--preferred", default=PREFERRED_DEFAULT,
-                       help="preferred-size styles: none, max, half, or sizes like 4+8 (default %(default)s, plus the knee)")  # fmt: skip
+    space.add_argument(
+        "--preferred",
+        default=PREFERRED_DEFAULT,
+        help="preferred-size styles: none, max, half, or sizes like 4+8 (default %(default)s, plus the knee)",
+    )
     space.add_argument("--instances", type=lambda t: number_list(t, int), default=[1, 2], help="instance counts (default 1,2)")
     space.add_argument(
         "--priority-queues",
@@ -139,7 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--priority-mix or the objective is mixed, else try both",
     )
     search = parser.add_argument_group("search")
-    search.add_argument("--strategy", choices=("hill-climb", "grid"), default="hill-climb")
+    search.add_argument(
+        "--strategy",
+        choices=("hill-climb", "grid", "model-guided"),
+        default="hill-climb",
+        help="model-guided: simulate a fine space, measure only the --top few and Triton's default",
+    )
+    search.add_argument(
+        "--cost-model",
+        default="auto",
+        help="model-guided: a cost model JSON, `calibrate` (a quick one on the server being tuned) or `auto` "
+        "(the shipped measured one when this CPU matches it, else calibrate; default)",
+    )
+    search.add_argument("--top", type=int, default=3, help="model-guided: candidates measured live (default %(default)s)")
     search.add_argument("--max-trials", type=int, default=14, help="hill-climb budget (default %(default)s)")
     search.add_argument("--confirm", type=int, default=3, help="re-measure this many best configs; each keeps its worse run (default 3)")
     search.add_argument("--resume", action="store_true", help="reuse trials from the report folder's checkpoint")
@@ -162,6 +184,10 @@ def search_space(settings: TuneSettings, http_url: str, base: ModelConfig) -> Se
         values["preferred_styles"] = tuple(values["preferred_styles"])
         return SearchSpace(**values)
     sizes, delays = settings.max_batch_sizes, settings.delays_us
+    if settings.strategy == "model-guided":  # simulating is cheap: a fine space, no live batch curve
+        sizes = sizes or [size for size in guided.FINE_MAX_BATCH_SIZES if size <= base.max_batch_size] or [base.max_batch_size]
+        delays = delays or guided.FINE_DELAYS_US
+        styles = styles if settings.preferred != PREFERRED_DEFAULT else tuple(guided.FINE_PREFERRED.split(","))
     if sizes is None or delays is None:
         derived_sizes, derived_delays, knee_size = derive_space(settings, http_url, base)
         sizes, delays = sizes or derived_sizes, delays or derived_delays
@@ -170,8 +196,13 @@ def search_space(settings: TuneSettings, http_url: str, base: ModelConfig) -> Se
     floor, ensembles = ensemble_batch_floor(MODEL_REPOSITORY, settings.model)
     allowed = [size for size in sizes if size >= floor]
     if len(allowed) < len(sizes):
-        log.info("max_batch_size below %d left out: ensemble(s) %s send up to that many rows per request to %s; "
-                 "smaller executed batches are explored through preferred sizes", floor, ", ".join(ensembles), settings.model)  # fmt: skip
+        log.info(
+            "max_batch_size below %d left out: ensemble(s) %s send up to that many rows per request to %s; "
+            "smaller executed batches are explored through preferred sizes",
+            floor,
+            ", ".join(ensembles),
+            settings.model,
+        )
     if not allowed:
         allowed = [floor]
     return SearchSpace(
@@ -250,8 +281,9 @@ def run_tuning(settings: TuneSettings) -> int:
         except TritonError as exc:
             if not exc.reloads_refused:
                 raise
-            log.error("the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit",
-                      endpoints.http_url)  # fmt: skip
+            log.error(
+                "the server at %s is not in explicit model-control mode; start it with --model-control-mode explicit", endpoints.http_url
+            )
             return 2
         report_dir.mkdir(parents=True, exist_ok=True)
         saved = report_dir / SERVER_CONFIG
@@ -270,12 +302,24 @@ def run_tuning(settings: TuneSettings) -> int:
 def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, target: Target) -> list[Trial]:
     """The starting config first, then what the strategy proposes, then the confirmations."""
     space = search_space(settings, endpoints.http_url, base)
-    log.info("search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
-             space.max_batch_sizes, space.delays_us, space.preferred_styles, space.instances,
-             " or ".join("with" if q else "without" for q in space.priority_queues))  # fmt: skip
-    identity = {"model": settings.model, "p99_ms": settings.p99_ms, "objective": settings.objective,
-                "traffic": [t.label() for t in settings.traffics], "target": target.describe, "protocol": settings.protocol,
-                "space": space.to_dict(), "base": config_digest(base)}  # fmt: skip
+    log.info(
+        "search space: max_batch_size %s, delays %s us, preferred %s, instances %s, priority queues %s",
+        space.max_batch_sizes,
+        space.delays_us,
+        space.preferred_styles,
+        space.instances,
+        " or ".join("with" if q else "without" for q in space.priority_queues),
+    )
+    identity = {
+        "model": settings.model,
+        "p99_ms": settings.p99_ms,
+        "objective": settings.objective,
+        "traffic": [t.label() for t in settings.traffics],
+        "target": target.describe,
+        "protocol": settings.protocol,
+        "space": space.to_dict(),
+        "base": config_digest(base),
+    }
     checkpoint = Checkpoint(settings.report_dir / CHECKPOINT, identity)
     if settings.resume:
         log.info("resuming: %d trials from %s", checkpoint.load(), checkpoint.path)
@@ -286,17 +330,62 @@ def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, targe
             run_load(target, traffic, settings.measurement, url, settings.protocol, endpoints.http_url) for traffic in settings.traffics
         ]
 
-    tuner = Tuner(base, measure, lambda config: endpoints.client.load(settings.model, config),
-                  settings.p99_ms, settings.objective, checkpoint)  # fmt: skip
+    tuner = Tuner(
+        base, measure, lambda config: endpoints.client.load(settings.model, config), settings.p99_ms, settings.objective, checkpoint
+    )
     baseline = candidate_of(base)
-    strategy = make_strategy(settings.strategy, space, baseline, settings.max_trials)
-    log.info("%s search, objective %s, SLO p99 <= %g ms, traffic: %s", strategy.name, settings.objective, settings.p99_ms,
-             ", ".join(t.label() for t in settings.traffics))  # fmt: skip
+    plan = guided_plan(settings, endpoints, base, space) if settings.strategy == "model-guided" else None
+    strategy = Listed(plan.to_measure) if plan else make_strategy(settings.strategy, space, baseline, settings.max_trials)
+    log.info(
+        "%s search, objective %s, SLO p99 <= %g ms, traffic: %s",
+        strategy.name,
+        settings.objective,
+        settings.p99_ms,
+        ", ".join(t.label() for t in settings.traffics),
+    )
     started = tuner.evaluate(baseline)
     progress_line(0, started, best_trial([started]))
     strategy.record(baseline, started.score)
-    trials = tuner.run(strategy, progress_line, [started])
-    return confirm_finalists(tuner, trials, settings.confirm)
+    trials = confirm_finalists(tuner, tuner.run(strategy, progress_line, [started]), settings.confirm)
+    if plan:
+        print(f"predicted ({plan.source}) vs measured:\n{plan.finish(trials, settings.report_dir / 'guided.json')}", flush=True)
+    return trials
+
+
+def guided_plan(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, space: SearchSpace) -> guided.GuidedPlan:
+    """Simulate the whole space under the sweep's traffic (tools/simulate/guided.py)."""
+    from tools.bench.machine import cpu_description
+    from tools.simulate.calibrate import calibrate
+
+    def quick_calibration():
+        grid = guided.QUICK_GRID
+        log.info(
+            "calibrating a cost model on this server (batch sizes %s, lengths %s, instances %s)",
+            grid["batches"],
+            grid["lengths"],
+            space.instances,
+        )
+        return calibrate(endpoints, grid["batches"], grid["lengths"], space.instances, grid["max_tokens"], grid["repeats"])
+
+    cost, source = guided.choose_cost_model(settings.cost_model, cpu_description(), quick_calibration)
+    through_ensemble = settings.load_model != settings.model
+    tokenizer = BatcherSpec.from_config(endpoints.client.config("tokenizer")) if through_ensemble else None
+    if settings.requests.length_mix is not None:
+        lengths = Lengths("mixed", mix=settings.requests.length_mix)
+    else:
+        lengths = Lengths("samples") if through_ensemble else Lengths("fixed", settings.seq_len)
+    pipeline = guided.Pipeline(cost, base, tokenizer, lengths)
+    return guided.plan_guided(
+        pipeline,
+        source,
+        space.candidates(),
+        triton_default(space),
+        candidate_of(base),
+        settings.traffics,
+        settings.p99_ms,
+        settings.objective,
+        settings.top,
+    )
 
 
 def config_digest(config: ModelConfig) -> str:
@@ -310,9 +399,16 @@ def write_outputs(settings: TuneSettings, base: ModelConfig, trials: list[Trial]
     write_trials(unique, settings.report_dir, settings.model)
     report_dir = settings.report_dir
     plots = plot_trials(unique, winner, report_dir, settings.model, settings.p99_ms) if settings.plots else []
-    summary = {"model": settings.model, "p99_ms": settings.p99_ms, "objective": settings.objective, "trials": len(unique),
-               "failed_to_load": sum(1 for t in unique if t.error), "winner": winner.to_dict() if winner else None,
-               "baseline": unique[0].to_dict() if unique else None, "baseline_config": SERVER_CONFIG}  # fmt: skip
+    summary = {
+        "model": settings.model,
+        "p99_ms": settings.p99_ms,
+        "objective": settings.objective,
+        "trials": len(unique),
+        "failed_to_load": sum(1 for t in unique if t.error),
+        "winner": winner.to_dict() if winner else None,
+        "baseline": unique[0].to_dict() if unique else None,
+        "baseline_config": SERVER_CONFIG,
+    }
     with_queues = best_trial([t for t in unique if t.candidate.priority_queues])
     if winner and not winner.candidate.priority_queues:
         summary["best_with_priority_queues"] = with_queues.to_dict() if with_queues else None
@@ -326,18 +422,24 @@ def write_outputs(settings: TuneSettings, base: ModelConfig, trials: list[Trial]
     output.parent.mkdir(parents=True, exist_ok=True)
     save_config(config, output)
     started = unique[0]
-    print(f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {format_ms(winner.score.p99_ms)} ms "
-          f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {format_ms(started.score.p99_ms)} ms)")  # fmt: skip
+    print(
+        f"winner: {winner.candidate.key}: {winner.score.throughput_rps:.1f} req/s at p99 {format_ms(winner.score.p99_ms)} ms "
+        f"(the server's config: {started.score.throughput_rps:.1f} req/s, p99 {format_ms(started.score.p99_ms)} ms)"
+    )
     print(f"winner config written to {output}")
     if not winner.candidate.priority_queues:
-        log.warning("the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
-                    "unbounded. Need them? Rerun with --priority-queues keep%s", queues_hint(with_queues))  # fmt: skip
+        log.warning(
+            "the winner has no priority levels or queue policies: request priorities are ignored and the queue is "
+            "unbounded. Need them? Rerun with --priority-queues keep%s",
+            queues_hint(with_queues),
+        )
     if settings.apply:
         # Only the batching fields go into the committed file: the server may run another
         # form of the model (a GPU variant) whose other fields do not belong there.
         committed = load_config(MODEL_REPOSITORY / settings.model)
         applied = apply_candidate(committed, winner.candidate)
-        save_config(applied, MODEL_REPOSITORY / settings.model)
+        if format_config(applied) != format_config(committed):  # an unchanged file keeps its comments
+            save_config(applied, MODEL_REPOSITORY / settings.model)
         diff = config_diff(committed, applied, f"{settings.model}/config.pbtxt")
         print(f"applied the winner's batching to {MODEL_REPOSITORY / settings.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
     return 0
@@ -356,10 +458,19 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
     if args.max_trials < 1:
         raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
+    if args.strategy == "model-guided" and args.cost_model not in ("auto", "calibrate"):
+        CostModel.load(Path(args.cost_model))  # a missing or malformed file is refused before any server starts
+    if args.strategy == "model-guided" and args.model != "encoder" and args.cost_model in ("auto", "calibrate"):
+        raise ValueError("--strategy model-guided calibrates the encoder only: give --cost-model FILE for another model")
     if args.confirm < 0:
         raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
-    for option, values, least in (("--max-batch-sizes", args.max_batch_sizes, 1), ("--delays-us", args.delays_us, 0),
-                                  ("--instances", args.instances, 1)):  # fmt: skip
+    for option, values, least in (
+        ("--max-batch-sizes", args.max_batch_sizes, 1),
+        ("--delays-us", args.delays_us, 0),
+        ("--instances", args.instances, 1),
+    ):
         if values is not None and (not values or min(values) < least):
             raise ValueError(f"{option} values must be at least {least}, got {values}")
     check_load_arguments(args)

@@ -14,10 +14,26 @@ from tools.tune.session import Trial
 log = logging.getLogger("tune")
 
 CSV_FIELDS = (
-    "key", "max_batch_size", "preferred", "delay_us", "instances", "priority_queues", "runs", "feasible",
-    "score_throughput_rps", "score_p99_ms",
-    "traffic", "throughput_rps", "p50_ms", "p99_ms", "errors", "avg_batch", "queue_ms", "compute_ms", "error",
-)  # fmt: skip
+    "key",
+    "max_batch_size",
+    "preferred",
+    "delay_us",
+    "instances",
+    "priority_queues",
+    "runs",
+    "feasible",
+    "score_throughput_rps",
+    "score_p99_ms",
+    "traffic",
+    "throughput_rps",
+    "p50_ms",
+    "p99_ms",
+    "errors",
+    "avg_batch",
+    "queue_ms",
+    "compute_ms",
+    "error",
+)
 
 
 def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
@@ -29,12 +45,18 @@ def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
         for trial in trials:
             c = trial.candidate
             common = {
-                "key": c.key, "max_batch_size": c.max_batch_size, "preferred": " ".join(map(str, c.preferred)),
-                "delay_us": c.delay_us, "instances": c.instances, "priority_queues": c.priority_queues, "runs": trial.runs,
+                "key": c.key,
+                "max_batch_size": c.max_batch_size,
+                "preferred": " ".join(map(str, c.preferred)),
+                "delay_us": c.delay_us,
+                "instances": c.instances,
+                "priority_queues": c.priority_queues,
+                "runs": trial.runs,
                 "feasible": trial.score.feasible,
-                "score_throughput_rps": round(trial.score.throughput_rps, 2), "score_p99_ms": _round(trial.score.p99_ms),
+                "score_throughput_rps": round(trial.score.throughput_rps, 2),
+                "score_p99_ms": _round(trial.score.p99_ms),
                 "error": trial.error,
-            }  # fmt: skip
+            }
             for result in trial.results or [{}]:
                 server = result.get("server", {}).get(model, {})
                 writer.writerow(

@@ -34,6 +34,23 @@ class GridSearch:
         pass
 
 
+class Listed:
+    """The given candidates, once each, in order: model-guided tuning measures the top few
+    of a simulated ranking (tools/simulate/guided.py) and a control."""
+
+    name = "model-guided"
+
+    def __init__(self, candidates: list[Candidate]) -> None:
+        self.pending = list(dict.fromkeys(candidates))
+
+    def next_candidates(self) -> list[Candidate]:
+        batch, self.pending = self.pending, []
+        return batch
+
+    def record(self, candidate: Candidate, score: Score) -> None:
+        pass
+
+
 class HillClimb:
     """Steepest ascent over the space's axes from the best of a start point and seeds.
 
