@@ -16,7 +16,18 @@ the SLO decides how urgent a move is:
   reload costs more than it saves), or idle (busy <= `busy_low`): multiplicative
   decrease by `decrease_factor` (bounded by `max_step_us`; below `min_step_us` it snaps
   to `min_delay_us`);
+- overloaded, but the latency estimate is over the SLO and the delay already exceeds the
+  mean execution time: decrease (waiting longer than a batch takes adds more latency
+  than the larger batch saves);
 - in between: hold (the band between the two thresholds is the hysteresis).
+
+A raise must pay: the controller remembers the window before each raise and judges the
+raise on the first full window after its reload (the one straddling it is skipped). If
+neither the mean executed batch nor the throughput grew by `min_batch_growth`, and the
+latency estimate did not fall, the raise is undone. An undo, or a decrease made while
+overloaded, leaves a ceiling: for `raise_holdoff_s` no raise may reach the delay that
+did not help (with preferred sizes or a saturated instance the batch stops growing
+long before `max_delay_us`, and "busy, so wait longer" would otherwise climb on).
 
 A move happens only after `confirm_windows` windows in a row agree, at least
 `min_interval_s` after the last change, and never while a reload is in flight (a reload
@@ -53,6 +64,8 @@ class ControlSettings:
     max_batch_size: int = 0  # batches this large cannot grow by waiting longer (0: unknown)
     backlog_ms: float = 5.0  # mean queue time above this (and above 2x the delay) counts as a backlog
     delay_share: float = 0.10  # an SLO breach lowers the delay only if it is at least this share of the mean latency
+    min_batch_growth: float = 1.15  # a raise is kept only if the mean batch (or throughput) grew by this factor, or the latency fell
+    raise_holdoff_s: float = 60.0  # after an undo, no raise back to the delay that did not help for this long
 
     def __post_init__(self) -> None:
         if self.p99_ms <= 0:
@@ -65,6 +78,8 @@ class ControlSettings:
             raise ValueError("need 0 <= busy_low < busy_high <= 1 (the hysteresis band)")
         if self.step_up_us <= 0 or self.max_step_us <= 0 or self.confirm_windows < 1 or self.min_interval_s < 0:
             raise ValueError("steps, confirm_windows and min_interval_s must be positive")
+        if self.min_batch_growth < 1 or self.raise_holdoff_s < 0:
+            raise ValueError("min_batch_growth must be >= 1 and raise_holdoff_s not negative")
 
 
 @dataclass(frozen=True)
@@ -129,14 +144,21 @@ class Decision:
         return f"{head}: {self.reason} ({', '.join(f'{k} {v}' for k, v in self.figures.items() if v is not None)})"
 
 
+def backlogged(settings: ControlSettings, obs: Observation, current_us: int) -> bool:
+    """Queue time far beyond the batcher's own delay is time spent waiting for the instance:
+    load, not delay, is the cause, even when the busy share reads just under busy_high."""
+    queued_ms = obs.queue_ms if obs.queue_ms is not None else 0.0  # no request waited in an idle window
+    return queued_ms > max(2.0 * current_us / 1000.0, settings.backlog_ms) and obs.busy > settings.busy_low
+
+
+def is_overloaded(settings: ControlSettings, obs: Observation, current_us: int) -> bool:
+    return obs.busy >= settings.busy_high or obs.rejected > 0 or backlogged(settings, obs, current_us)
+
+
 def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tuple[str, str]:
     """The direction one window asks for, with the reason in words."""
     estimate = obs.latency_estimate_ms(settings.tail_factor)
-    # Queue time far beyond the batcher's own delay is time spent waiting for the instance:
-    # load, not delay, is the cause, even when the busy share reads just under busy_high.
-    queued_ms = obs.queue_ms if obs.queue_ms is not None else 0.0  # no request waited in an idle window
-    backlog = queued_ms > max(2.0 * current_us / 1000.0, settings.backlog_ms) and obs.busy > settings.busy_low
-    overloaded = obs.busy >= settings.busy_high or obs.rejected > 0 or backlog
+    overloaded = is_overloaded(settings, obs, current_us)
     if obs.requests < settings.min_requests and not obs.rejected:
         return DOWN, f"almost idle ({obs.requests} requests in {obs.window_s:.1f} s): the delay only adds latency"
     if overloaded:
@@ -153,6 +175,12 @@ def want(settings: ControlSettings, obs: Observation, current_us: int = 0) -> tu
             )
         if settings.max_batch_size and obs.batch_size is not None and obs.batch_size >= 0.9 * settings.max_batch_size:
             return HOLD, f"{cause}, but batches are already full ({obs.batch_size:.1f}): waiting longer cannot grow them"
+        delay_ms = current_us / 1000.0
+        if estimate is not None and estimate > settings.p99_ms and obs.compute_ms is not None and delay_ms > obs.compute_ms:
+            return DOWN, (
+                f"{cause}, but latency estimate {estimate:.0f} ms > SLO {settings.p99_ms:g} ms and the delay "
+                f"({delay_ms:g} ms) already exceeds the execution ({obs.compute_ms:.1f} ms): waiting adds more than it saves"
+            )
         return UP, f"{cause}: larger batches buy capacity (batching gain {settings.batching_gain:.2f}x)"
     if estimate is not None and obs.mean_ms is not None and estimate > settings.p99_ms:
         delay_ms = current_us / 1000.0
@@ -193,6 +221,9 @@ class Controller:
         self.pending_us: int | None = None  # a reload to this delay is in flight
         self.last_change_s = -math.inf
         self.streak_direction, self.streak = HOLD, 0
+        self.trial: _Trial | None = None  # a raise under judgement
+        self.ceiling_us: int | None = None  # raises may not reach this delay ...
+        self.ceiling_until_s = -math.inf  # ... until then
 
     @property
     def in_flight(self) -> bool:
@@ -207,7 +238,24 @@ class Controller:
         before, figures = self.delay_us, obs.figures()
         estimate = obs.latency_estimate_ms(self.settings.tail_factor)
         figures["latency_estimate_ms"] = None if estimate is None else round(estimate, 1)
+        blocked = self.trial
+        verdict = self._judge(obs)
+        if verdict is not None:
+            undo_to, why = verdict
+            since = now_s - self.last_change_s
+            if since >= self.settings.min_interval_s:
+                self._cap(before, now_s)
+                self.pending_us, self.last_change_s, self.streak = undo_to, now_s, 0
+                return Decision(now_s, before, undo_to, DOWN, why, figures)
+            self.trial = blocked  # judged again on the next window
+            return Decision(
+                now_s, before, before, DOWN, f"{why}; last change {since:.1f} s ago (< {self.settings.min_interval_s:g} s)", figures
+            )
         target = next_delay(self.settings, before, direction)
+        if direction == UP and self.ceiling_us is not None and now_s < self.ceiling_until_s and target >= self.ceiling_us:
+            ago_s = self.settings.raise_holdoff_s - (self.ceiling_until_s - now_s)
+            why = f"{reason}; but a delay of {self.ceiling_us} us did not help {ago_s:.0f} s ago: holding"
+            return Decision(now_s, before, before, HOLD, why, figures)
         if direction == HOLD or target == before:
             why = reason if direction == HOLD else f"{reason}; already at the bound {before} us"
             return Decision(now_s, before, before, direction, why, figures)
@@ -221,11 +269,61 @@ class Controller:
             why = f"{reason}; last change {since:.1f} s ago (< {self.settings.min_interval_s:g} s)"
             return Decision(now_s, before, before, direction, why, figures)
         self.pending_us, self.last_change_s, self.streak = target, now_s, 0
+        if direction == UP:
+            self.trial = _Trial(before, target, obs)
+        else:
+            self.trial = None
+            if is_overloaded(self.settings, obs, before):
+                self._cap(before, now_s)  # lowered under load: the old delay was too long
         return Decision(now_s, before, target, direction, reason, figures)
+
+    def _cap(self, delay_us: int, now_s: float) -> None:
+        self.ceiling_us, self.ceiling_until_s, self.trial = delay_us, now_s + self.settings.raise_holdoff_s, None
+
+    def _judge(self, obs: Observation) -> tuple[int, str] | None:
+        """(the delay to go back to, why) when the raise under judgement did not pay; None otherwise.
+        The first window after the reload may straddle it and is skipped."""
+        trial = self.trial
+        if trial is None or self.in_flight or self.delay_us != trial.after_us:
+            return None
+        trial.windows += 1
+        if trial.windows < 2:
+            return None
+        self.trial = None
+        growth = self.settings.min_batch_growth
+        old, new = trial.before, obs
+        grew = old.batch_size is not None and new.batch_size is not None and new.batch_size >= growth * old.batch_size
+        faster = old.requests > 0 and new.rate_rps >= growth * old.rate_rps
+        old_estimate, new_estimate = old.latency_estimate_ms(self.settings.tail_factor), new.latency_estimate_ms(self.settings.tail_factor)
+        calmer = old_estimate is not None and new_estimate is not None and new_estimate < 0.9 * old_estimate
+        fewer_failures = new.rejected < old.rejected
+        if grew or faster or calmer or fewer_failures or old.batch_size is None or new.batch_size is None:
+            return None
+        return trial.before_us, (
+            f"the raise {trial.before_us} -> {trial.after_us} us did not pay: batch {old.batch_size:.2f} -> {new.batch_size:.2f} "
+            f"(< {growth:g}x), latency estimate {_ms(old_estimate)} -> {_ms(new_estimate)} ms: undone, "
+            f"no raise to {trial.after_us} us for {self.settings.raise_holdoff_s:g} s"
+        )
 
     def reload_finished(self, ok: bool) -> int:
         """The reload of the pending delay ended; on failure the last good delay stays."""
         if ok and self.pending_us is not None:
             self.delay_us = self.pending_us
+        elif self.trial is not None and self.pending_us == self.trial.after_us:
+            self.trial = None  # the raise never ran: nothing to judge
         self.pending_us = None
         return self.delay_us
+
+
+@dataclass
+class _Trial:
+    """A raise under judgement: the delays and the window that asked for it."""
+
+    before_us: int
+    after_us: int
+    before: Observation
+    windows: int = 0  # windows seen since the raise took effect
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
