@@ -199,3 +199,53 @@ def test_the_controller_records_an_idle_window_without_a_latency_estimate() -> N
     idle = Observation(window_s=2.0, requests=0, busy=0.0, queue_ms=None, compute_ms=None, batch_size=None)
     decision = controller.observe(idle, 2.0)
     assert decision.direction == DOWN and decision.figures["latency_estimate_ms"] is None
+
+
+FAST = ControlSettings(p99_ms=10, min_interval_s=0, confirm_windows=1, step_up_us=2000, max_delay_us=20_000, raise_holdoff_s=60)
+
+
+def loaded(batch: float, rate_requests: int = 10_000, queue_ms: float = 0.5, compute_ms: float = 2.5) -> Observation:
+    return Observation(2.0, rate_requests, 0.9, queue_ms, compute_ms, batch)
+
+
+def test_a_raise_that_did_not_grow_the_batch_is_undone_and_not_retried() -> None:
+    # synthetic-gpu in simulation: with preferred size 4 the batch stops near 7 while busy stays ~90%
+    controller = Controller(FAST, 2000)
+    decisions = feed(controller, [loaded(6.8), loaded(6.9), loaded(7.3, queue_ms=2.4, compute_ms=3.2)] + [loaded(7.0)] * 5)
+    raise_, straddling, judged, *rest = decisions
+    assert (raise_.before_us, raise_.after_us) == (2000, 4000)
+    assert not straddling.changed  # the window across the reload is not judged
+    assert (judged.before_us, judged.after_us) == (4000, 2000) and "did not pay" in judged.reason
+    assert not any(d.changed for d in rest) and "did not help" in rest[-1].reason
+    assert controller.delay_us == 2000
+
+
+def test_a_raise_that_grew_the_batch_is_kept_and_the_climb_goes_on() -> None:
+    controller = Controller(FAST, 2000)
+    decisions = feed(controller, [loaded(4.0), loaded(6.0), loaded(6.0)])
+    assert [(d.before_us, d.after_us) for d in decisions if d.changed] == [(2000, 4000), (4000, 6000)]
+
+
+def test_a_raise_that_cut_the_latency_is_kept_even_if_the_batch_barely_grew() -> None:
+    controller = Controller(FAST, 2000)
+    decisions = feed(controller, [loaded(6.0, queue_ms=30.0), loaded(6.0), loaded(6.2, queue_ms=0.5)])
+    assert decisions[-1].direction == UP and decisions[-1].after_us == 6000
+
+
+def test_the_hold_off_expires() -> None:
+    controller = Controller(FAST, 2000)
+    feed(controller, [loaded(6.8), loaded(6.9), loaded(7.0)])
+    assert controller.delay_us == 2000
+    assert not controller.observe(loaded(7.0), 50.0).changed
+    assert controller.observe(loaded(7.0), 70.0).after_us == 4000
+
+
+def test_over_the_slo_under_load_with_the_delay_above_the_execution_steps_down() -> None:
+    direction, reason = want(FAST, loaded(7.4, queue_ms=4.0, compute_ms=3.2), current_us=4000)
+    assert direction == DOWN and "exceeds the execution" in reason
+    # the same breach with a delay shorter than a batch's execution: waiting longer still pays
+    assert want(FAST, loaded(7.4, queue_ms=4.0, compute_ms=3.2), current_us=2000)[0] == UP
+    controller = Controller(FAST, 4000)
+    assert controller.observe(loaded(7.4, queue_ms=4.0, compute_ms=3.2), 0).after_us == 2000
+    controller.reload_finished(True)
+    assert not controller.observe(loaded(7.0), 2.0).changed  # no raise straight back to 4 ms

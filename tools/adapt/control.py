@@ -252,6 +252,8 @@ class Controller:
                 now_s, before, before, DOWN, f"{why}; last change {since:.1f} s ago (< {self.settings.min_interval_s:g} s)", figures
             )
         target = next_delay(self.settings, before, direction)
+        if direction == UP and self.trial is not None:
+            return Decision(now_s, before, before, HOLD, f"{reason}; the last raise is not judged yet", figures)
         if direction == UP and self.ceiling_us is not None and now_s < self.ceiling_until_s and target >= self.ceiling_us:
             ago_s = self.settings.raise_holdoff_s - (self.ceiling_until_s - now_s)
             why = f"{reason}; but a delay of {self.ceiling_us} us did not help {ago_s:.0f} s ago: holding"
