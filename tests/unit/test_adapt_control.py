@@ -249,3 +249,11 @@ def test_over_the_slo_under_load_with_the_delay_above_the_execution_steps_down()
     assert controller.observe(loaded(7.4, queue_ms=4.0, compute_ms=3.2), 0).after_us == 2000
     controller.reload_finished(True)
     assert not controller.observe(loaded(7.0), 2.0).changed  # no raise straight back to 4 ms
+
+
+def test_queueing_past_the_slo_raises_on_one_window() -> None:
+    controller = Controller(ControlSettings(p99_ms=10, batching_gain=4.0), 0)
+    urgent = controller.observe(loaded(3.0, queue_ms=190.0), 0)
+    assert urgent.changed and urgent.after_us == 2000  # 190 ms of queueing: no second window to wait for
+    calm = Controller(ControlSettings(p99_ms=10, batching_gain=4.0), 0).observe(loaded(3.0, queue_ms=5.0), 0)
+    assert not calm.changed and "1/2 windows agree" in calm.reason

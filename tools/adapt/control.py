@@ -29,7 +29,8 @@ overloaded, leaves a ceiling: for `raise_holdoff_s` no raise may reach the delay
 did not help (with preferred sizes or a saturated instance the batch stops growing
 long before `max_delay_us`, and "busy, so wait longer" would otherwise climb on).
 
-A move happens only after `confirm_windows` windows in a row agree, at least
+A move happens only after `confirm_windows` windows in a row agree (a raise asked for
+while the mean queue time alone exceeds the SLO needs one: each window of waiting misses), at least
 `min_interval_s` after the last change, and never while a reload is in flight (a reload
 costs about 2 s of model loading on the same cores). A failed reload restores the last
 good delay. Clipper's AIMD sized batches against the SLO; here the SLO does not fix the
@@ -263,7 +264,9 @@ class Controller:
             return Decision(now_s, before, before, direction, why, figures)
         if self.in_flight:
             return Decision(now_s, before, before, direction, f"{reason}; waiting: a reload is in flight", figures)
-        if self.streak < self.settings.confirm_windows:
+        # queueing alone past the SLO under load: every window of waiting misses, act on one
+        urgent = direction == UP and obs.queue_ms is not None and obs.queue_ms > self.settings.p99_ms
+        if self.streak < self.settings.confirm_windows and not urgent:
             why = f"{reason}; {self.streak}/{self.settings.confirm_windows} windows agree"
             return Decision(now_s, before, before, direction, why, figures)
         since = now_s - self.last_change_s
