@@ -24,14 +24,14 @@ the SLO decides how urgent a move is:
 A raise must pay: the controller remembers the window before each raise and judges the
 raise on the first full window after its reload (the one straddling it is skipped). If
 neither the mean executed batch nor the throughput grew by `min_batch_growth`, and the
-latency estimate did not fall, the raise is undone. An undo, or a decrease made while
+latency estimate did not fall by 10%, the raise is undone. An undo, or a decrease made while
 overloaded, leaves a ceiling: for `raise_holdoff_s` no raise may reach the delay that
 did not help (with preferred sizes or a saturated instance the batch stops growing
 long before `max_delay_us`, and "busy, so wait longer" would otherwise climb on).
 
-A move happens only after `confirm_windows` windows in a row agree (a raise asked for
-while the mean queue time alone exceeds the SLO needs one: each window of waiting misses), at least
-`min_interval_s` after the last change, and never while a reload is in flight (a reload
+A move happens only after `confirm_windows` windows in a row agree (one, for a raise
+asked for while the mean queue time alone exceeds the SLO: each window of waiting
+misses), at least `min_interval_s` after the last change, and never while a reload is in flight (a reload
 costs about 2 s of model loading on the same cores). A failed reload restores the last
 good delay. Clipper's AIMD sized batches against the SLO; here the SLO does not fix the
 direction, because raising the delay is what rescues an overloaded instance.
