@@ -29,6 +29,7 @@ from tools.repo.model_config import has_priority_queues
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config
 from tools.simulate.load_engine import Traffic, parse_priority_mix
+from tools.simulate.plots import plot_frontier
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Workload
 from tools.tune.space import Candidate, apply_candidate
@@ -38,6 +39,7 @@ log = logging.getLogger("plan")
 DELAYS_US = (0, 2000, 5000, 10_000)
 PREFERRED = ((), (8,))
 INSTANCES = (1, 2)
+FRONTIER_SHARES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)  # of the plan's rate per replica, for --plot
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-replicas", type=int, default=32)
     parser.add_argument("--requests", type=int, default=2000, help="requests per simulation (default %(default)s)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="also write a p99-vs-rate-per-replica plot of every config that meets the SLO (PNG)"
+    )
     parser.set_defaults(pipeline="embed", stall="auto", cache_hit_rate=0.0, seed=0)
     add_verbosity_flags(parser)
     return parser
@@ -116,6 +121,13 @@ def plan(args: argparse.Namespace) -> int:
         )
     best = min(plans, key=lambda p: (p.replicas, worst_p99(p.at_target) or float("inf")))
     report(best, plans, args, settings.cost.kind)
+    if args.plot is not None:
+        # a common grid around the chosen per-replica rate: each curve crosses the SLO at its config's capacity
+        target = args.rate / best.replicas
+        rates = [round(target * share, 3) for share in FRONTIER_SHARES]
+        curves = {f"{p.candidate.key} ({p.replicas} replicas)": [(r, worst_p99(simulate(p.candidate, r, 1))) for r in rates] for p in plans}
+        label = " (SYNTHETIC cost model)" if settings.cost.kind == "synthetic" else ""
+        log.info(plot_frontier(curves, args.p99_ms, args.plot, f"predicted p99 per config{label}"))
     return 0
 
 

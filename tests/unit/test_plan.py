@@ -25,3 +25,26 @@ def test_impossible_slo_is_a_clear_error(capsys, caplog):
     assert code == 2
     assert "impossible SLO" in caplog.text
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_plot_writes_the_frontier(tmp_path, capsys):
+    out = tmp_path / "frontier.png"
+    code = run(
+        [
+            "--cost-model",
+            str(SYNTHETIC),
+            "--rate",
+            "500",
+            "--p99-ms",
+            "100",
+            "--max-replicas",
+            "2",
+            "--requests",
+            "150",
+            "--json",
+            "--plot",
+            str(out),
+        ]
+    )
+    assert code == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -72,3 +72,27 @@ def plot_validation(rows: list[dict], path: Path) -> str:
     figure.savefig(path, dpi=90)
     plt.close(figure)
     return f"wrote the plot {path}"
+
+
+def plot_frontier(curves: dict[str, list[tuple[float, float | None]]], p99_ms: float, path: Path, title: str) -> str:
+    """Predicted p99 against offered rate per replica, one line per config, the SLO as a
+    horizontal line: where each config's curve crosses it is its capacity per replica."""
+    plt = _pyplot()
+    if plt is None:
+        return NO_MATPLOTLIB
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for label, points in curves.items():
+        kept = [(rate, p99) for rate, p99 in points if p99 is not None]
+        if kept:
+            axis.plot([r for r, _ in kept], [p for _, p in kept], marker="o", markersize=3, label=label)
+    axis.axhline(p99_ms, color="black", linestyle="--", linewidth=1, label=f"SLO p99 {p99_ms:g} ms")
+    axis.set_yscale("log")
+    axis.set_xlabel("offered rate per replica (req/s)")
+    axis.set_ylabel("predicted p99 (ms)")
+    axis.set_title(title, fontsize=9)
+    axis.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return f"wrote the plot {path}"
