@@ -40,9 +40,9 @@ def test_a_preset_changes_only_batching_and_scheduling_fields(name: str) -> None
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_keeps_the_committed_encoder_core_budget(name: str) -> None:
     encoder = preset_configs(PRESETS[name])["encoder"]
-    assert core_budget(encoder) == core_budget(committed("encoder"))
+    assert core_budget(encoder) <= core_budget(committed("encoder")), "no preset uses more cores than committed"
     threads = int(encoder.parameters[INTRA_OP_THREADS].string_value)
-    assert threads * instance_count(encoder) == core_budget(committed("encoder")), "the cores are shared out, not oversubscribed"
+    assert threads == max(1, core_budget(committed("encoder")) // instance_count(encoder)), "the cores are shared out"
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -62,12 +62,14 @@ def test_no_preset_holds_a_lone_request_at_the_encoder(name: str) -> None:
     assert list(batcher.preferred_batch_size)[:1] == [1], "a request runs alone unless a larger preferred batch waits"
 
 
-def test_chat_keeps_priorities_and_no_step_waits_for_company() -> None:
+def test_chat_has_no_priority_queues_and_no_step_waits_for_company() -> None:
+    """Priority queues stop Triton 2.51's batcher from prefetching (the ~500 ms stall), a tail a
+    latency-first preset cannot carry."""
     configs = preset_configs(PRESETS["chat"])
     for model in BATCHING_MODELS:
-        assert has_priority_queues(configs[model]), model
+        assert not has_priority_queues(configs[model]), model
         assert configs[model].dynamic_batching.max_queue_delay_microseconds == 0, model
-    assert configs["encoder"].dynamic_batching.priority_queue_policy == committed("encoder").dynamic_batching.priority_queue_policy
+    assert instance_count(configs["encoder"]) == 2
 
 
 def test_bulk_drops_priority_queues_and_fills_batches_in_the_tokenizer() -> None:

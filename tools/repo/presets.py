@@ -1,7 +1,7 @@
 """`python -m tools.repo.presets chat|bulk|mixed`: scenario presets as variant model repositories.
 
 Three situations users meet, each a measured batching config:
-  chat   latency first: interactive requests, priorities kept, nothing held back;
+  chat   latency first: interactive requests of one class, nothing held back;
   bulk   throughput first: offline embedding of many texts, batches filled;
   mixed  both, with priorities: the committed `model_repository/` itself (the default).
 
@@ -85,25 +85,23 @@ class Preset:
 
 CHAT = Preset(
     "chat",
-    "latency first: nothing waits for company; priorities kept, 2 encoder instances",
-    encoder=StepBatching(delay_us=0, preferred=(1, 4), instances=2),
-    tokenizer=StepBatching(delay_us=0),
+    "latency first for one class of traffic: nothing waits for company, no priority queues, 2 encoder instances",
+    encoder=StepBatching(delay_us=0, preferred=(1, 4), priority_queues=False, instances=2),
+    tokenizer=StepBatching(delay_us=0, priority_queues=False),
 )
-"""Interactive traffic: a user waits for each answer. No step holds a request for company:
-no queue delay anywhere, and the tokenizer takes whatever is queued. The encoder's preferred
-sizes 1 and 4 make its batcher send a request alone unless 4 of one shape wait (with delay 0,
+"""Interactive traffic of one class: a user waits for each answer. No step holds a request for
+company: no queue delay anywhere, and the tokenizer takes whatever is queued. The encoder's
+preferred sizes 1 and 4 make its batcher send a request alone unless 4 wait (with delay 0,
 Triton sends the largest preferred size it can form at once), so a burst is spread over both
-instances instead of running as one batch on one while the other idles. Priority levels
-stay (level 1 overtakes), so the encoder runs 2 instances with one thread each: with priority
-queues and one instance, Triton 2.51 can leave an arriving request waiting ~500 ms (README,
-"The priority-queue tax").
+one-thread instances instead of running as one batch on one while the other idles.
 
-Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
-(through `embed`, 2 rounds, beside the same configs without dynamic batching; README, "Scenario
-presets"): 103 req/s at concurrency 1 (the fastest preset there: no step waits), throughput
-x1.12 / x0.78 / x1.00 / x1.00 of no batching at concurrency 1 / 4 / 16 / Poisson 196 req/s.
-It loses at concurrency 4 (x0.84 and x0.73 in the two rounds) and in p99 under the Poisson
-load near capacity (405 vs 332 ms): what the priority queues cost on Triton 2.51."""
+No priority levels or queue policies: with them Triton 2.51's batcher cannot prefetch and
+sometimes leaves a request waiting ~500 ms (README, "The priority-queue tax"), a tail no
+latency-first preset can carry. Measured with them (2026-12-03, Intel Xeon, 2 cores, AVX-512
+and AMX, `make bench`, 2 rounds): p99 x4.26 of no batching at concurrency 16 (531 ms in one
+round) and x1.28 at the Poisson rate. What chat gives up: request priorities (every request
+is one class) and the queue bound and timeouts (a backlog is served, not rejected); traffic
+that needs them takes `mixed`. Its figures beside no batching: README, "Scenario presets"."""
 
 BULK = Preset(
     "bulk",
@@ -129,13 +127,15 @@ MIXED = Preset("mixed", "both, with priorities: the committed configs unchanged"
 """Interactive and bulk traffic on one server: the committed repository as it is, so its
 config.pbtxt files are the one source of truth for this preset (their header comments say
 from which measurement and on which CPU): the encoder with no delay, preferred sizes 1 and 4,
-priority queues and 2 one-thread instances; the tokenizer gathering 2 ms.
+priority queues and 3 one-thread instances; the tokenizer gathering 2 ms.
 
-Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
-(2 rounds, README, "Scenario presets"): throughput x0.97 / x0.88 / x1.10 / x1.00 of no batching
-at concurrency 1 / 4 / 16 / Poisson 196 req/s, p99 x1.07 / x1.16 / x0.84 / x1.18. It loses
-12% at concurrency 4 (x0.94 and x0.82 in the two rounds): the priority queues' tax on Triton
-2.51; the previous committed config (preferred 8, 2 ms delay) lost 31-51% there."""
+The third instance (on 2 cores) pays for the priority queues: with them Triton 2.51's
+batcher forms a batch only once an instance is free, and with 2 instances the preset lost
+9-16% to no batching at concurrency 4 in four runs of `make bench` (2026-12-02/03). With 3,
+on an Intel Xeon, 2 cores (AVX-512 VNNI, AMX), 2026-12-03, one run (2 rounds, README,
+"Scenario presets"): throughput x0.99 / x0.97 / x1.25 / x1.00 of no batching at concurrency
+1 / 4 / 16 / Poisson 159 req/s, against x0.99 / x0.89 / x1.18 / x1.00 for 2 instances in the
+same run."""
 
 PRESETS = {preset.name: preset for preset in (CHAT, BULK, MIXED)}
 
