@@ -66,7 +66,7 @@ def test_a_tiny_grid_sweep_writes_a_report_and_a_loadable_winner(tmp_path) -> No
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert winner.dynamic_batching.max_queue_delay_microseconds == summary["winner"]["candidate"]["delay_us"]
     assert batching_problems(winner) == []
-    instances = summary["winner"]["candidate"]["instances"]  # 1, or 2 if the committed baseline won
+    instances = summary["winner"]["candidate"]["instances"]  # 1 or 2, or the committed count if its baseline won
     assert [group.count for group in winner.instance_group] == [instances]
     threads = max(1, core_budget(load_config(MODEL_REPOSITORY / "encoder")) // instances)
     assert winner.parameters["intra_op_thread_count"].string_value == str(threads), "the committed cores, shared out"

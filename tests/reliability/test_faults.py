@@ -131,7 +131,7 @@ def test_serve_drains_in_flight_requests_on_sigterm() -> None:
         client = EmbeddingClient("grpc", f"127.0.0.1:{grpc}")
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             in_flight = [pool.submit(client.embed, [f"long {i} {j} " + "word " * 300 for j in range(16)]) for i in range(4)]
-            # accepted: all four are past the tokenizer, at the encoder (its two instances take two at a time)
+            # accepted: all four are past the tokenizer, at the encoder (its instances take up to three at a time)
             while (ModelStats.fetch(http_url, "tokenizer") - before["tokenizer"]).requests < 4:
                 assert process.poll() is None, process.stderr.read()
                 time.sleep(0.01)

@@ -10,14 +10,14 @@ from tools.loadgen import Traffic
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.model_config import ModelConfig, batching_problems, has_priority_queues, load_config
 from tools.repo.presets import PRESETS, preset_configs
+from tools.tune.space import core_budget
 
 
 def test_model_analyzer_pick_is_the_default_batcher_on_one_instance_held_to_batches_of_8() -> None:
     base = load_config(MODEL_REPOSITORY / "encoder")
     pick = model_analyzer_pick(base, batch_floor=32)
     assert [group.count for group in pick.instance_group] == [1]
-    threads = int(base.parameters["intra_op_thread_count"].string_value) * sum(g.count for g in base.instance_group)
-    assert pick.parameters["intra_op_thread_count"].string_value == str(threads), "the one instance gets all the committed cores"
+    assert pick.parameters["intra_op_thread_count"].string_value == str(core_budget(base)), "the one instance gets all the committed cores"
     assert pick.max_batch_size == 32 and list(pick.dynamic_batching.preferred_batch_size) == [8]
     assert pick.dynamic_batching.max_queue_delay_microseconds == 0
     assert not has_priority_queues(pick)

@@ -95,7 +95,7 @@ def test_candidate_applies_to_the_committed_encoder_config_consistently() -> Non
     assert list(config.dynamic_batching.preferred_batch_size) == [2, 4]
     assert config.dynamic_batching.max_queue_delay_microseconds == 750
     assert config.instance_group[0].count == 2
-    assert config.parameters["intra_op_thread_count"].string_value == "1", "the committed 2 instances x 1 thread, kept"
+    assert config.parameters["intra_op_thread_count"].string_value == "1", "one thread per instance, as committed"
     assert all(w.batch_size <= 4 for w in config.model_warmup)
     assert config.dynamic_batching.priority_levels == base.dynamic_batching.priority_levels
     assert batching_problems(config) == []
@@ -164,7 +164,8 @@ def test_candidates_keep_the_base_core_budget_and_state_threads_per_instance() -
 
     base = load_config(MODEL_REPOSITORY / "encoder")
     budget = core_budget(base)
-    assert budget == 2 * int(base.parameters["intra_op_thread_count"].string_value)
+    stated = base.instance_group[0].count * int(base.parameters["intra_op_thread_count"].string_value)
+    assert budget == min(stated, machine_cores()), "instances x threads, at most the cores there are"
     threads = {n: apply_candidate(base, Candidate(32, (8,), 0, n)).parameters["intra_op_thread_count"].string_value for n in (1, 2, 4)}
     assert threads == {1: str(budget), 2: str(budget // 2), 4: str(max(1, budget // 4))}
     unset = parse_config("name: 'e' platform: 'onnxruntime_onnx' max_batch_size: 8 instance_group { count: 3 kind: KIND_CPU }")

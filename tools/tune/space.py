@@ -146,10 +146,13 @@ def instance_count(config: ModelConfig) -> int:
 
 def core_budget(config: ModelConfig) -> int:
     """Cores the config's instances use together: instances x `intra_op_thread_count` when
-    the config states it (> 0), else every core of this machine."""
+    the config states it (> 0), at most this machine's cores (the committed encoder runs one
+    more one-thread instance than the 2 cores it was measured on, so that an instance is
+    always free; one instance in its place gets the cores, not an extra thread); else every
+    core of this machine."""
     text = config.parameters[THREADS].string_value if THREADS in config.parameters else ""
     threads = int(text) if text.isdigit() else 0
-    return threads * instance_count(config) if threads > 0 else machine_cores()
+    return min(threads * instance_count(config), machine_cores()) if threads > 0 else machine_cores()
 
 
 def with_instances(base: ModelConfig, count: int, budget: int | None = None) -> ModelConfig:
