@@ -18,10 +18,9 @@ SYNTHETIC = REPO_ROOT / "tools" / "simulate" / "cost_models" / "synthetic-gpu.js
 BASE = without_priority_queues(load_config(MODEL_REPOSITORY / "encoder"))
 
 
-@pytest.fixture(scope="module")
-def result() -> dict:
-    # a short low -> peak -> low trace; the peak is 6x the batch-1 capacity of the flat curve
-    settings = AdaptSimSettings(
+def short_trace(**overrides) -> AdaptSimSettings:
+    """A short low -> peak -> low trace; the peak is 6x the batch-1 capacity of the flat curve."""
+    settings = dict(
         p99_ms=10.0,
         low_rate=200.0,
         peak_rate=5000.0,
@@ -32,7 +31,12 @@ def result() -> dict:
         min_interval_s=2.0,
         reload_s=0.5,
     )
-    return evaluate(CostModel.load(SYNTHETIC), BASE, settings)
+    return AdaptSimSettings(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    return evaluate(CostModel.load(SYNTHETIC), BASE, short_trace())
 
 
 def test_the_controller_holds_no_delay_when_quiet_and_raises_it_under_a_peak_where_batching_pays(result):
@@ -41,6 +45,15 @@ def test_the_controller_holds_no_delay_when_quiet_and_raises_it_under_a_peak_whe
     assert first_low["controller_delay"]["max_us"] == 0
     assert peak["controller_delay"]["max_us"] > 0
     assert peak["controller_asked"].get("up", 0) > 0
+
+
+def test_a_floor_keeps_a_standby_delay_while_quiet_and_the_peak_starts_without_a_collapse(result):
+    floored = evaluate(CostModel.load(SYNTHETIC), BASE, short_trace(min_delay_us=1000))
+    assert floored["start_delay_us"] == 1000
+    for row in floored["phases"]:
+        assert row["controller_delay"]["min_us"] >= 1000, row["phase"]
+    peak = lambda run: run["phases"][1]["runs"]["controller"]["attainment"]  # noqa: E731
+    assert peak(floored) > peak(result), "without the floor the first seconds of the peak run at delay 0"
 
 
 def test_every_static_delay_and_the_controller_are_scored_per_phase_and_overall(result):
@@ -70,6 +83,7 @@ def test_the_subcommand_writes_json(tmp_path: Path, capsys):
         (["--pattern", "low,noon"], "--pattern"),
         (["--delays-us", "0,x"], "--delays-us"),
         (["--peak-rate", "-5"], "--peak-rate"),
+        (["--min-delay-us", "-1"], "--min-delay-us"),
     ],
 )
 def test_bad_input_is_a_clear_error_with_exit_2(arguments, message, caplog, capsys):

@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pattern", default="low,peak,low,peak")
     a.add_argument("--delays-us", default=",".join(map(str, STATIC_DELAYS_US)), help="static delays compared (default %(default)s)")
     a.add_argument("--reload-s", type=float, default=2.0, help="seconds a delay change takes to apply (default %(default)s)")
+    a.add_argument(
+        "--min-delay-us",
+        type=int,
+        default=0,
+        help="the controller's floor, as tools.adapt --min-delay-us: a standby delay it keeps while quiet (default 0)",
+    )
     a.add_argument("--json", type=Path, default=None, help="also write the result here")
     add_verbosity_flags(a)
     return parser
@@ -124,6 +130,7 @@ def run_adapt(args: argparse.Namespace) -> int:
         pattern=tuple(args.pattern.split(",")),
         static_delays_us=delays,
         reload_s=args.reload_s,
+        min_delay_us=args.min_delay_us,
     )
     cost = CostModel.load(args.cost_model)
     base = read_config(args.config)

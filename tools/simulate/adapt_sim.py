@@ -44,6 +44,7 @@ class AdaptSimSettings:
     control_window_s: float = 2.0  # bench-adapt's --control-window
     min_interval_s: float = 6.0  # bench-adapt's --min-interval
     reload_s: float = 2.0  # a reload's time to take effect (measured ~2 s on this CPU)
+    min_delay_us: int = 0  # the controller's floor (tools.adapt --min-delay-us): a standby delay kept while quiet
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -61,6 +62,8 @@ class AdaptSimSettings:
             raise ValueError("--delays-us must list delays >= 0")
         if not self.control_window_s > 0 or self.min_interval_s < 0 or self.reload_s < 0:
             raise ValueError("--control-window must be above 0, --min-interval and --reload-s not negative")
+        if self.min_delay_us < 0:
+            raise ValueError(f"--min-delay-us must not be negative, got {self.min_delay_us}")
 
 
 @dataclass
@@ -180,10 +183,16 @@ def evaluate(cost: CostModel, base: ModelConfig, settings: AdaptSimSettings) -> 
     if not len(arrivals):
         raise ValueError("the trace has no requests: raise the rates or --phase-s")
     law = ControlSettings(
-        p99_ms=settings.p99_ms, batching_gain=gain, min_interval_s=settings.min_interval_s, max_batch_size=spec.max_batch_size
+        p99_ms=settings.p99_ms,
+        batching_gain=gain,
+        min_interval_s=settings.min_interval_s,
+        max_batch_size=spec.max_batch_size,
+        min_delay_us=settings.min_delay_us,
+        max_delay_us=max(ControlSettings.max_delay_us, settings.min_delay_us),
     )
     runs = {f"static {d} us": replay(cost, dataclasses.replace(spec, delay_us=d), arrivals, settings) for d in settings.static_delays_us}
-    runs["controller"] = replay(cost, spec, arrivals, settings, law)
+    start_delay = max(spec.delay_us, settings.min_delay_us)  # tools.adapt starts inside its bounds too
+    runs["controller"] = replay(cost, dataclasses.replace(spec, delay_us=start_delay), arrivals, settings, law)
     bounds, start = [], 0.0
     for phase in phases:
         bounds.append((phase.name, phase.rate, start * 1000.0, (start + phase.seconds) * 1000.0))
@@ -205,7 +214,7 @@ def evaluate(cost: CostModel, base: ModelConfig, settings: AdaptSimSettings) -> 
         "cost_model_kind": cost.kind,
         "settings": dataclasses.asdict(settings),
         "instances": spec.instances,
-        "start_delay_us": spec.delay_us,
+        "start_delay_us": start_delay,
         "batch1_capacity_rps": rows_per_s,
         "batching_gain": gain,
         "requests": len(arrivals),
