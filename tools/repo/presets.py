@@ -130,12 +130,8 @@ from which measurement and on which CPU): the encoder with no delay, preferred s
 priority queues and 3 one-thread instances; the tokenizer gathering 2 ms.
 
 The third instance (on 2 cores) pays for the priority queues: with them Triton 2.51's
-batcher forms a batch only once an instance is free, and with 2 instances the preset lost
-9-16% to no batching at concurrency 4 in four runs of `make bench` (2026-12-02/03). With 3,
-on an Intel Xeon, 2 cores (AVX-512 VNNI, AMX), 2026-12-03, one run (2 rounds, README,
-"Scenario presets"): throughput x0.99 / x0.97 / x1.25 / x1.00 of no batching at concurrency
-1 / 4 / 16 / Poisson 159 req/s, against x0.99 / x0.89 / x1.18 / x1.00 for 2 instances in the
-same run."""
+batcher forms a batch only once an instance is free. The measurements behind it are in the
+encoder config's header and the README ("Scenario presets"), not repeated here."""
 
 PRESETS = {preset.name: preset for preset in (CHAT, BULK, MIXED)}
 
