@@ -1,0 +1,140 @@
+"""The seam between the scheduler and the engine, and between the engine loop and its callers.
+
+The scheduler decides which tokens of which sequences run in a step and owns the KV block
+allocation (a pure-Python free list); the engine owns the KV tensors and turns a step plan
+into next-token logits; the sampler turns logits into tokens; the loop ties them together
+on one thread. Each side is testable without the other (a fake executor for the scheduler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling, with the field names of vLLM's `SamplingParams` (what Triton's
+    vLLM backend reads from `sampling_parameters`)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0  # in (0, 1]
+    top_k: int = 0  # 0: off
+    seed: int | None = None  # a seeded request samples the same tokens whatever shares its steps
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    priority: int = 0  # lower value = served first (vLLM's convention); Triton does not pass its own priority to Python models
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """The tokens one sequence feeds through the model in one step."""
+
+    seq_id: int
+    token_ids: Sequence[int]  # a prefill chunk, or the one token of a decode
+    start_position: int  # position of token_ids[0] = tokens of this sequence already in the KV cache
+    block_table: Sequence[int]  # the sequence's KV blocks, covering start_position + len(token_ids)
+    sample: bool  # the chunk ends at the sequence's last known token: return its next-token logits
+
+
+class StepExecutor(Protocol):
+    """Runs one step: one forward over the flat batch of every chunk's tokens."""
+
+    block_size: int  # tokens per KV block
+    num_blocks: int  # KV blocks preallocated
+    max_model_len: int  # context window (positions)
+    eos_token_ids: frozenset[int]
+
+    def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
+        """Logits [number of chunks with sample=True, vocabulary] (float32), in chunk order."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: Sequence[int]
+    params: SamplingParams
+    arrival_time: float  # time.monotonic() when the request reached the server
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What the loop hands to a request's callback after a step that produced text for it,
+    and once more (finished=True) at the end; every request gets exactly one finished output."""
+
+    request_id: str
+    new_text: str
+    new_token_ids: Sequence[int]
+    finished: bool
+    finish_reason: str | None = None  # "stop" (EOS or a stop string), "length", "abort" (cancelled), "error"
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """The composition of one executed step, for metrics and the simulator."""
+
+    started: float  # time.monotonic()
+    duration_s: float
+    prefill_tokens: int
+    decode_seqs: int
+    kv_tokens_attended: int
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    preemptions: int  # in this step
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    """A finished request's latencies (seconds), measured inside the server; None: no sample."""
+
+    request_id: str
+    queue_s: float | None  # arrival to first scheduled
+    ttft_s: float | None  # arrival to first output token
+    e2e_s: float
+    inter_token_s: Sequence[float] = field(default_factory=tuple)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str | None = None
+
+
+class LoopObserver(Protocol):
+    def on_step(self, stats: StepStats) -> None: ...
+    def on_finished(self, timings: RequestTimings) -> None: ...
+
+
+OutputCallback = Callable[[RequestOutput], None]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The batching knobs; their one source of truth is `model_repository/llm/config.pbtxt`'s
+    `parameters` (same names), read through the protobuf schema."""
+
+    mode: str = "iteration"  # iteration (continuous batching) | request (gather, run to completion) | none (one at a time)
+    policy: str = "fcfs"  # fcfs | priority
+    max_num_seqs: int = 16  # sequences in one step (request mode: the maximum batch)
+    max_num_batched_tokens: int = 512  # tokens in one step (decodes count one each)
+    long_prefill_token_threshold: int = 256  # a prompt's chunk per step (Sarathi-Serve's chunked prefill)
+    max_wait_ms: float = 0.0  # how long a partly filled step (request mode: a partly filled batch) may wait for arrivals
+    max_waiting: int = 256  # waiting requests beyond which a new one is rejected
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    device: str = "cpu"  # cpu | cuda
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (the checkpoint's dtype by default)
+    block_size: int = 16  # tokens per KV block
+    kv_cache_bytes: int = 256 * 2**20  # KV memory budget, preallocated as blocks
+    max_model_len: int = 8192  # context window (SmolLM2: 8,192)
+    num_threads: int = 0  # torch intra-op threads; 0: torch's default
