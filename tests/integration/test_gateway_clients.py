@@ -1,4 +1,4 @@
-"""Real OpenAI clients through the gateway to the live Triton, and the README's examples verbatim."""
+"""Real OpenAI clients through the gateway to the live Triton, and the documented examples verbatim."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ pytestmark = pytest.mark.integration
 
 MIN_COSINE = 0.9999
 TEXTS = ["A man is eating food.", "今天天气很好。", "Where is the nearest train station?", "x " * 300]
-README = (REPO_ROOT / "README.md").read_text()
 
 
 def cosines(served, expected: np.ndarray) -> np.ndarray:
@@ -70,22 +69,45 @@ def test_langchain_openai_embeddings_match_sentence_transformers(gateway, refere
     assert cosines([query], expected[2:3])[0] >= MIN_COSINE
 
 
-# ---- the README's examples, verbatim but for the port ------------------------------------
+# ---- the examples of the README's quick start and of docs/gateway.md, verbatim but for the port ----
+
+GATEWAY_PAGES = {name: (REPO_ROOT / name).read_text() for name in ("README.md", "docs/gateway.md")}
 
 
-def gateway_section() -> str:
-    match = re.search(r"^## OpenAI-compatible API \(gateway\)\n(.*?)^## ", README, flags=re.S | re.M)
-    assert match, "README lost its gateway section"
-    return match.group(1)
+def blocks(language: str, text: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def python_examples() -> list[tuple[str, str]]:
+    """(page, code) for every Python block that calls the gateway."""
+    return [(page, block) for page, text in GATEWAY_PAGES.items() for block in blocks("python", text) if "127.0.0.1:8080" in block]
+
+
+def curl_examples() -> list[tuple[str, str]]:
+    return [
+        (page, line)
+        for page, text in GATEWAY_PAGES.items()
+        for block in blocks("shell", text)
+        for line in block.splitlines()
+        if line.startswith("curl ") and ":8080/v1/" in line
+    ]
 
 
 def on_test_gateway(text: str, gateway) -> str:
     return re.sub(r"(localhost|127\.0\.0\.1):8080\b", rf"\g<1>:{gateway.port}", text)
 
 
-def test_readme_python_example_works_verbatim(gateway) -> None:
-    (example,) = re.findall(r"```python\n(.*?)```", gateway_section(), flags=re.S)
-    checks = "\nassert len(vectors) == 2 and len(vectors[0]) == 384\nassert len(query) == 384 and len(documents) == 2\n"
+def test_readme_and_gateway_page_show_openai_and_curl_examples() -> None:
+    assert {page for page, _ in python_examples()} == set(GATEWAY_PAGES)
+    assert {page for page, _ in curl_examples()} == set(GATEWAY_PAGES)
+    assert any("OpenAIEmbeddings" in code for page, code in python_examples() if page == "docs/gateway.md")
+
+
+@pytest.mark.parametrize(("page", "example"), [pytest.param(page, code, id=page) for page, code in python_examples()])
+def test_python_example_works_verbatim(page: str, example: str, gateway) -> None:
+    checks = "\nassert len(vectors) == 2 and len(vectors[0]) == 384\n"
+    if "OpenAIEmbeddings" in example:
+        checks += "assert len(query) == 384 and len(documents) == 2\n"
     result = subprocess.run(
         [sys.executable, "-c", on_test_gateway(example, gateway) + checks], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
     )
@@ -93,9 +115,8 @@ def test_readme_python_example_works_verbatim(gateway) -> None:
     assert result.stdout.split()[:2] == ["2", "384"]
 
 
-def test_readme_curl_example_answers_the_openai_shape(gateway) -> None:
-    (block,) = re.findall(r"```shell\n(.*?)```", gateway_section(), flags=re.S)
-    (command,) = [line for line in block.splitlines() if line.startswith("curl ")]
+@pytest.mark.parametrize(("page", "command"), [pytest.param(page, line, id=page) for page, line in curl_examples()])
+def test_curl_example_answers_the_openai_shape(page: str, command: str, gateway) -> None:
     result = subprocess.run(on_test_gateway(command, gateway), shell=True, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert '"object":"list"' in result.stdout and '"usage":{"prompt_tokens":' in result.stdout

@@ -1,4 +1,4 @@
-"""The simulator and planner commands the README and docs/simulate.md show on the shipped
+"""The simulator and planner commands the README and the docs pages show on the shipped
 cost models run as written (no server needed); the shipped synthetic curve says it is one."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tools.plan import run as plan
 from tools.simulate.__main__ import run as simulate
 from tools.simulate.cost_model import CostModel
 
-DOCS = [REPO_ROOT / "README.md", REPO_ROOT / "docs" / "simulate.md"]
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 SHIPPED = REPO_ROOT / "tools" / "simulate" / "cost_models"
 
 
