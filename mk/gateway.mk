@@ -1,4 +1,4 @@
-# OpenAI-compatible gateway (README: "OpenAI-compatible API"). `make serve` already runs it
+# OpenAI-compatible gateway (docs/gateway.md). `make serve` already runs it
 # beside Triton on 127.0.0.1:8080 (SERVE_ARGS="--no-gateway" or "--gateway-port 9090").
 #   make gateway GATEWAY_ARGS="--triton-url 127.0.0.1:8001 --port 8080"   the gateway alone, for a Triton already running
 #   make bench-gateway                                                     gateway vs Triton's HTTP/JSON (vs infinity-emb), reports/bench-gateway/

@@ -1,4 +1,4 @@
-# Padding policies on mixed-length traffic (README: "Padding policy").
+# Padding policies on mixed-length traffic (docs/model-repository.md).
 #   make bench-lengths                                          batch, buckets and ragged side by side
 #   make bench-lengths BENCH_LENGTHS_ARGS="--concurrency 16 --priority-mix 1:0.2,2:0.8"
 #   make length-policy POLICY=ragged                            write build/lengths/ragged (serve it with tools.serve)

@@ -1,4 +1,4 @@
-# Operations targets (issue 6): Docker stop, metrics summary, system packages for the ops tests.
+# Operations targets: Docker stop, metrics summary, system packages for the ops tests.
 # make stop                       remove a Docker stack left running (`make serve RUNTIME=docker` removes its own on Ctrl-C)
 # make metrics                    terminal summary of Triton's metrics (METRICS_ARGS="--interval 10")
 # make ops-deps                   apt-install prometheus and docker-compose when missing (tolerates failure)

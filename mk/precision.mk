@@ -1,4 +1,4 @@
-# Encoder precision (README "Precision"): fp32 vs int8 (dynamic, static) vs fp16, speed and quality in one run.
+# Encoder precision (docs/export.md): fp32 vs int8 (dynamic, static) vs fp16, speed and quality in one run.
 #   make bench-precision                                       5 interleaved rounds, report in reports/precision/ (~2 min)
 #   make bench-precision BENCH_PRECISION_ARGS="--rounds 9 --threads 2"
 BENCH_PRECISION_ARGS ?=

@@ -1,4 +1,4 @@
-# Tuning and benchmarking (README: "Tune the batching" and "Benchmark").
+# Tuning and benchmarking (docs/tuning.md, docs/benchmark.md).
 #   make tune                                   hill-climb for the encoder, p99 <= TUNE_P99_MS
 #   make tune QUICK=1                           first step on new hardware (~2-3 min): calibrate, simulate, measure the top 2, apply
 #   make tune TUNE_ARGS="--rate 40,80 --apply"  open-loop traffic; write the winner into model_repository/
