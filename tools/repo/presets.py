@@ -96,12 +96,11 @@ Triton sends the largest preferred size it can form at once), so a burst is spre
 one-thread instances instead of running as one batch on one while the other idles.
 
 No priority levels or queue policies: with them Triton 2.51's batcher cannot prefetch and
-sometimes leaves a request waiting ~500 ms (README, "The priority-queue tax"), a tail no
-latency-first preset can carry. Measured with them (2026-12-03, Intel Xeon, 2 cores, AVX-512
-and AMX, `make bench`, 2 rounds): p99 x4.26 of no batching at concurrency 16 (531 ms in one
-round) and x1.28 at the Poisson rate. What chat gives up: request priorities (every request
-is one class) and the queue bound and timeouts (a backlog is served, not rejected); traffic
-that needs them takes `mixed`. Its figures beside no batching: README, "Scenario presets"."""
+sometimes leaves a request waiting ~500 ms (docs/decisions/priority-queue-tax.md), a tail no
+latency-first preset can carry (docs/tuning.md, "Scenario presets"). What chat gives up:
+request priorities (every request is one class) and the queue bound and timeouts (a backlog is
+served, not rejected); traffic that needs them takes `mixed`. Its figures beside no batching:
+docs/results/2026-12-03-scenario-presets.md."""
 
 BULK = Preset(
     "bulk",
@@ -115,23 +114,19 @@ bulk job's backlog is never rejected (it keeps its own pace). The tokenizer wait
 to fill batches of 8-32, which then reach the encoder with one shape; the encoder sends a
 request alone unless 8 of one shape wait, so both one-thread instances stay busy. A delay on
 the encoder itself lost at concurrency 4 in every measurement here: the waiting requests ran
-as one batch on one instance while the other idled.
-
-Measured on an AMD EPYC, 2 cores (AVX-512, AVX-512 VNNI), 2026-12-02, one run of `make bench`
-(2 rounds, README, "Scenario presets"): throughput x0.98 / x0.99 / x0.90 / x1.00 of no batching
-at concurrency 1 / 4 / 16 / Poisson 196 req/s; the concurrency-16 figure is x0.74 and x1.05 in
-its two rounds, i.e. noise on a shared machine, and its best level (241 req/s) beat the twin's
-(233). On a 2-core CPU batching gains little (raw engine 321 rows/s at batch 1, 489 at 32)."""
+as one batch on one instance while the other idled. Its figures beside no batching:
+docs/results/2026-12-03-scenario-presets.md (an earlier run: docs/results/2026-12-02-bulk-preset.md)."""
 
 MIXED = Preset("mixed", "both, with priorities: the committed configs unchanged")
 """Interactive and bulk traffic on one server: the committed repository as it is, so its
-config.pbtxt files are the one source of truth for this preset (their header comments say
-from which measurement and on which CPU): the encoder with no delay, preferred sizes 1 and 4,
+config.pbtxt files are the one source of truth for this preset (their header comments point
+to the decisions and measurements behind it): the encoder with no delay, preferred sizes 1 and 4,
 priority queues and 3 one-thread instances; the tokenizer gathering 2 ms.
 
 The third instance (on 2 cores) pays for the priority queues: with them Triton 2.51's
-batcher forms a batch only once an instance is free. The measurements behind it are in the
-encoder config's header and the README ("Scenario presets"), not repeated here."""
+batcher forms a batch only once an instance is free
+(docs/decisions/three-instances-on-two-cores.md; figures in
+docs/results/2026-12-03-scenario-presets.md)."""
 
 PRESETS = {preset.name: preset for preset in (CHAT, BULK, MIXED)}
 
