@@ -64,7 +64,7 @@ def test_no_engine_means_no_docker_and_says_why() -> None:
 
 
 def test_a_laptop_engine_without_the_nvidia_runtime_is_not_usable() -> None:
-    """The issue's case: Docker Desktop answers, but compose would fail on `driver: nvidia`."""
+    """A laptop's case: Docker Desktop answers, but compose would fail on `driver: nvidia`."""
     check = check_docker_gpu(probes(info=PLAIN_INFO, gpus=[GPU_LINE]))
     assert not check.usable
     assert "no NVIDIA runtime" in check.reason and "runc" in check.reason

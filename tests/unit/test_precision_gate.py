@@ -79,8 +79,8 @@ def test_an_encoder_with_perturbed_weights_is_refused_with_its_figures(held_out,
 
 
 def test_onnx_runtimes_default_dynamic_quantization_is_refused(held_out, fp32_embeddings, tmp_path) -> None:
-    """Every MatMul and the embedding table, per-tensor scales: the configuration the
-    issue measured at a mean cosine of 0.95 on an AVX2 machine."""
+    """Every MatMul and the embedding table, per-tensor scales: the configuration once
+    measured at a mean cosine of 0.95 on an AVX2 machine."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     naive = tmp_path / "naive_int8.onnx"
