@@ -51,6 +51,17 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOptions]:
 
 
 @pytest.fixture(scope="session")
+def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """One server in explicit model-control mode (restricted repository API, admin key) for
+    the tests that reload models; each puts the committed configs back when it is done."""
+    server = start_triton(tmp_path_factory.mktemp("explicit") / "triton.log", model_control_mode="explicit", load_models=("*",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def reference_model():
     """sentence-transformers' own model: the ground truth for served embeddings."""
     from sentence_transformers import SentenceTransformer
