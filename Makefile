@@ -48,6 +48,11 @@ serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|d
 test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+.PHONY: test-unit
+
+test-unit: $(STAMP) ## the fast tier, tests/unit: no export, no server, no command run as a subprocess (~2 min)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
 lint: $(STAMP) ## ruff check and format check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

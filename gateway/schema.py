@@ -3,7 +3,8 @@
 Validated by hand rather than by a schema library, so each refusal names the field and
 says what was wrong in OpenAI's words and shape. Token-id input (`[1, 2, 3]` or
 `[[1, 2], [3]]`) is refused: the served model takes text, and ids from another
-tokenizer would embed garbage.
+tokenizer would embed garbage. An empty string is refused as OpenAI refuses it (the
+model would embed nothing but its special tokens).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def parse_json(body: bytes) -> dict:
 
 def _texts(value: object, max_inputs: int) -> list[str]:
     if isinstance(value, str):
+        if not value:
+            raise bad_request("'input' must not be an empty string.", "input")
         return [value]
     if not isinstance(value, list):
         raise bad_request("'input' must be a string or an array of strings.", "input", "invalid_type")
@@ -64,6 +67,8 @@ def _texts(value: object, max_inputs: int) -> list[str]:
     for index, item in enumerate(value):
         if not isinstance(item, str):
             raise bad_request(f"'input[{index}]' must be a string, not {type(item).__name__}.", f"input[{index}]", "invalid_type")
+        if not item:
+            raise bad_request(f"'input[{index}]' must not be an empty string.", f"input[{index}]")
     return value
 
 

@@ -30,6 +30,9 @@ from tools.triton_client import TritonClient
 log = logging.getLogger("loadtest")
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+# How long a distributed run's master waits for its worker processes before failing:
+# a worker that never reports ready must end the run with an error, not hang it.
+WORKERS_MAX_WAIT_S = 120
 USERS_BY_PROTOCOL = {
     "http": ("InteractiveHttpUser", "BulkHttpUser"),
     "grpc": ("InteractiveGrpcUser", "BulkGrpcUser"),
@@ -94,7 +97,29 @@ def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> li
         command += ["--headless", "--only-summary", "--run-time", f"{args.run_time:g}s"]
     command += locust_arguments(args)
     extra = args.locust_args[1:] if args.locust_args[:1] == ["--"] else args.locust_args
-    return command + extra + users
+    return command + distributed_arguments(extra) + extra + users
+
+
+def distributed_arguments(locust_args: list[str]) -> list[str]:
+    """With worker processes (`--processes N`), the master listens on a free loopback port
+    of its own. Locust's default is port 5557 on every interface: two runs on one machine
+    then shared one master (the second run's workers joined the first run, the second master
+    failed to bind, its workers were orphaned), and the port was open beyond the host."""
+    if not any(arg == "--processes" or arg.startswith("--processes=") for arg in locust_args):
+        return []
+    (port,) = free_ports(1)
+    return [
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "--master-host",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--expect-workers-max-wait",
+        str(WORKERS_MAX_WAIT_S),
+    ]
 
 
 def run_locust(command: list[str]) -> int:

@@ -11,6 +11,24 @@ from tools.paths import MODEL_REPOSITORY
 from tools.repo.artifacts import missing_artifacts
 from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
 
+TESTS_DIR = Path(__file__).resolve().parent
+# Test tiers by directory: tests/unit is the fast tier (`make test-unit`: no server, no export,
+# no command run as a subprocess); these directories hold the tests that start the real Triton
+# or run commands, and every test in them is marked `integration`. tests/ops is the ops tier
+# (`make ops-check`, Docker/Kubernetes/Prometheus files), whose server tests carry the marker.
+INTEGRATION_DIRS = ("integration", "reliability")
+SERVER_FIXTURES = frozenset({"triton", "gateway", "client", "reference_model"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.resolve().relative_to(TESTS_DIR).parts[0]
+        if tier in INTEGRATION_DIRS:
+            item.add_marker(pytest.mark.integration)
+        elif tier == "unit" and SERVER_FIXTURES.intersection(item.fixturenames):
+            used = ", ".join(sorted(SERVER_FIXTURES.intersection(item.fixturenames)))
+            raise pytest.UsageError(f"{item.nodeid} uses {used}: tests/unit is the tier without servers; move it to tests/integration")
+
 
 def start_triton(log_path: Path, **overrides) -> LocalTriton:
     """Start Triton on fresh free ports; a failed start raises with the log tail."""
@@ -28,6 +46,17 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOptions]:
     server = start_triton(tmp_path_factory.mktemp("triton") / "triton.log")
     try:
         yield server.options
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """One server in explicit model-control mode (restricted repository API, admin key) for
+    the tests that reload models; each puts the committed configs back when it is done."""
+    server = start_triton(tmp_path_factory.mktemp("explicit") / "triton.log", model_control_mode="explicit", load_models=("*",))
+    try:
+        yield server
     finally:
         server.stop()
 

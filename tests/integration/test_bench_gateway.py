@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tools.bench.gateway import Row, render
+from tools.bench.gateway import Row, ratio_lines, render
 from tools.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -39,6 +39,7 @@ def test_tiny_gateway_benchmark_writes_markdown_and_json(tmp_path) -> None:
     assert "not installed" in report["left_out"]["infinity-emb 0.0.78"]
     markdown = (tmp_path / "report.md").read_text()
     assert "| gateway (OpenAI API -> gRPC) | 2 |" in markdown and "Triton HTTP/JSON, req/s: x" in markdown
+    assert "Triton HTTP/JSON, p99: x" in markdown
 
 
 def test_a_target_without_answers_shows_no_latency_and_no_ratio() -> None:
@@ -57,5 +58,12 @@ def test_a_target_without_answers_shows_no_latency_and_no_ratio() -> None:
         "rows": [Row("a", 1, 10, 0, 1.0, 10.0, 5.0, 9.0).__dict__, Row("b", 1, 0, 4, 1.0, 0.0, None, None).__dict__],
     }
     markdown = render(report)
-    assert "| b | 1 | 0.0 | - | - | 4 |" in markdown
+    assert "| b | 1 | 0.0 | - | - | - | 4 |" in markdown
     assert "- a / b, req/s: - at 1" in markdown
+    assert "- a / b, p99: - at 1" in markdown
+
+
+def test_the_report_compares_p99_with_each_other_target_at_every_level() -> None:
+    rows = [Row("gw", 1, 100, 0, 1.0, 50.0, 10.0, 30.0, 40.0), Row("triton", 1, 100, 0, 1.0, 52.0, 9.0, 20.0, 25.0)]
+    lines = ratio_lines(rows, ["gw", "triton"], [1])
+    assert lines == ["- gw / triton, req/s: x0.96 at 1", "- gw / triton, p99: x1.50 at 1"]

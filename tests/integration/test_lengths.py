@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
 from tools.load.requests import token_tensors
 from tools.observe.padding_waste import PaddingCounts
@@ -75,12 +74,15 @@ class PolicyServer:
 
 
 @pytest.fixture(scope="module")
-def policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyServer]:
-    server = start_triton(tmp_path_factory.mktemp("lengths") / "triton.log", model_control_mode="explicit", load_models=("*",))
+def policy_server(explicit_triton) -> Iterator[PolicyServer]:
+    """The session's explicit-control server; the committed configs are loaded back afterwards."""
+    server = PolicyServer(explicit_triton)
     try:
-        yield PolicyServer(server)
+        yield server
     finally:
-        server.stop()
+        control = TritonClient(server.options.http_url, server.headers)
+        control.load("encoder")
+        control.load("tokenizer")
 
 
 def embed_concurrently(url: str, texts: list[str]) -> np.ndarray:

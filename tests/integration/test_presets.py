@@ -16,7 +16,7 @@ from tests.integration.test_embed import MIN_COSINE, SENTENCES, cosine
 from tools.embed import EmbeddingClient
 from tools.paths import REPO_ROOT
 from tools.repo.model_config import ModelConfig, has_priority_queues
-from tools.repo.presets import PRESETS, preset_configs, write_preset
+from tools.repo.presets import DEFAULT_PRESET, PRESETS, preset_configs, write_preset
 from tools.repo.variant import INTRA_OP_THREADS
 from tools.serve.local_triton import ServerOptions, free_ports
 from tools.triton_client import TritonClient
@@ -27,7 +27,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module", params=list(PRESETS))
 def preset_server(request, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServerOptions]]:
-    """A real Triton serving the preset's variant repository, written the way `make serve` does."""
+    """A real Triton serving the preset's repository as `make serve` picks it: the default
+    preset is the committed repository, which the session's server already serves; any
+    other is its variant repository, written the way `make serve` does."""
+    if request.param == DEFAULT_PRESET:  # repository_for(DEFAULT_PRESET) is MODEL_REPOSITORY
+        yield request.param, request.getfixturevalue("triton")
+        return
     folder = tmp_path_factory.mktemp(f"preset-{request.param}")
     repository = write_preset(request.param, out=folder / "repository")
     server = start_triton(folder / "triton.log", model_repository=repository)

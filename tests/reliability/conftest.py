@@ -1,5 +1,5 @@
-"""Servers for the reliability tests: one in explicit model-control mode (restricted
-model-repository API) and one on a copy of the repository with small queues."""
+"""Servers for the reliability tests: one on a copy of the repository with small queues,
+and one of the soak's own (the explicit-control server is the session's, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ import pytest
 from tests.conftest import start_triton
 from tools.reliability.overload import bounded_repository
 from tools.serve.local_triton import LocalTriton
-
-
-@pytest.fixture(scope="module")
-def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    server = start_triton(tmp_path_factory.mktemp("explicit") / "triton.log", model_control_mode="explicit", load_models=("*",))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

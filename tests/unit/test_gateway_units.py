@@ -10,8 +10,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from gateway.errors import connection_dropped, from_triton
-from gateway.schema import EmbeddingRequest, render_response
+from gateway.errors import APIError, connection_dropped, from_triton
+from gateway.schema import EmbeddingRequest, parse_request, render_response
 from gateway.settings import GatewaySettings, SettingsError, keys_from, read_keys_file
 from gateway.triton import chunks, model_info
 from tools.paths import MODEL_REPOSITORY
@@ -101,3 +101,11 @@ def test_api_keys_come_from_a_private_file_or_the_environment(tmp_path) -> None:
 def test_unusable_settings_are_refused_with_the_flag_named(change: dict, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         GatewaySettings(**change).validate()
+
+
+@pytest.mark.parametrize(("value", "param"), [("", "input"), (["ok", ""], "input[1]"), ([""], "input[0]")])
+def test_an_empty_string_is_refused_as_openai_does(value, param: str) -> None:
+    with pytest.raises(APIError) as refused:
+        parse_request({"model": "embed", "input": value}, "embed", 2048)
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_value")
+    assert refused.value.body()["error"]["type"] == "invalid_request_error"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -73,3 +74,36 @@ def test_uncaught_it_exits_with_128_plus_the_signal_and_no_traceback(signum: int
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert result.returncode == 128 + signum
     assert result.stderr == ""
+
+
+def test_a_signal_inside_an_event_loop_unwinds_between_callbacks_and_lets_cleanup_finish(group, guard) -> None:
+    """The signal never lands inside a coroutine step (or a native library's callback, such
+    as gRPC's asyncio poller): the step in progress completes, then asyncio.run cancels the
+    tasks, their `finally` blocks await their cleanup, and Interrupted leaves asyncio.run."""
+    guard.add(group.pid)
+    steps: list[str] = []
+
+    async def client() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            steps.append("step completed")  # a half-done step is what crashed gRPC's poller
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0)  # e.g. closing a gRPC channel
+            steps.append("cleanup awaited")
+
+    with pytest.raises(Interrupted) as raised:
+        asyncio.run(client())
+    assert raised.value.code == 128 + signal.SIGTERM
+    assert steps == ["step completed", "cleanup awaited"]
+
+
+def test_a_second_signal_before_the_loop_got_to_the_first_raises_at_once(group, guard) -> None:
+    guard.add(group.pid)
+
+    async def blocked() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # deferred to the loop's next callback
+        os.kill(os.getpid(), signal.SIGTERM)  # the loop never got there: raised here
+
+    with pytest.raises(Interrupted):
+        asyncio.run(blocked())

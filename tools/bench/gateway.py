@@ -94,6 +94,7 @@ class Row:
     rps: float
     p50_ms: float | None
     p99_ms: float | None
+    max_ms: float | None = None  # a stall shows here first (reports before it have none)
 
 
 class Texts:
@@ -167,8 +168,9 @@ def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: float,
     run = drive(HttpSender(target, texts, concurrency), [Phase(ClosedLoop(concurrency), warmup_s + seconds)], deadline_s=60.0)
     results = run.results(warmup_s, warmup_s + seconds)
     ok = results.outcomes.get(OK, 0)
+    latency = results.latency
     return Row(
-        target.name, concurrency, ok, results.failed, seconds, results.throughput_rps, results.latency.p50_ms, results.latency.p99_ms
+        target.name, concurrency, ok, results.failed, seconds, results.throughput_rps, latency.p50_ms, latency.p99_ms, latency.max_ms
     )
 
 
@@ -282,16 +284,21 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def ratio(ours: float | None, theirs: float | None) -> str:
+    return f"x{ours / theirs:.2f}" if ours is not None and theirs else "-"
+
+
 def ratio_lines(rows: list[Row], names: list[str], levels: list[int]) -> list[str]:
-    """The first target (the gateway) against each other one, level by level."""
+    """The first target (the gateway) against each other one, level by level: throughput, and
+    p99 (at one connection a stall in the gateway shows in p99 long before it shows in req/s)."""
     by = {(row.target, row.concurrency): row for row in rows}
     lines = []
     for other in names[1:]:
-        cells = []
-        for level in levels:
-            ours, theirs = by.get((names[0], level)), by.get((other, level))
-            cells.append(f"x{ours.rps / theirs.rps:.2f} at {level}" if ours and theirs and theirs.rps else f"- at {level}")
-        lines.append(f"- {names[0]} / {other}, req/s: " + ", ".join(cells))
+        pairs = [(level, by.get((names[0], level)), by.get((other, level))) for level in levels]
+        rps = [f"{ratio(ours.rps, theirs.rps) if ours and theirs else '-'} at {level}" for level, ours, theirs in pairs]
+        p99 = [f"{ratio(ours.p99_ms, theirs.p99_ms) if ours and theirs else '-'} at {level}" for level, ours, theirs in pairs]
+        lines.append(f"- {names[0]} / {other}, req/s: " + ", ".join(rps))
+        lines.append(f"- {names[0]} / {other}, p99: " + ", ".join(p99))
     return lines
 
 
@@ -307,11 +314,12 @@ def render(report: dict) -> str:
         f"one aiohttp client sharing the machine with the servers; {report['texts_per_request']} unique mixed text(s) per request;",
         f"{report['warmup_s']:g} s warm-up and {report['seconds']:g} s measured per row; targets interleaved per level.",
         "",
-        "| target | concurrency | req/s | p50 ms | p99 ms | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| target | concurrency | req/s | p50 ms | p99 ms | max ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in sorted(rows, key=lambda r: (report["targets"].index(r.target), r.concurrency)):
-        lines.append(f"| {row.target} | {row.concurrency} | {row.rps:.1f} | {fmt(row.p50_ms)} | {fmt(row.p99_ms)} | {row.errors} |")
+        latency = " | ".join(fmt(value) for value in (row.p50_ms, row.p99_ms, row.max_ms))
+        lines.append(f"| {row.target} | {row.concurrency} | {row.rps:.1f} | {latency} | {row.errors} |")
     lines += ["", *ratio_lines(rows, report["targets"], report["concurrency"])]
     cosines = ", ".join(f"{name} {value:.6f}" for name, value in report["min_cosine_to_first"].items())
     lines.append(f"- same embeddings: min cosine to the first target's on the sample texts: {cosines}")
@@ -383,12 +391,13 @@ def measure(args: argparse.Namespace) -> dict:
                 for target in order:
                     row = closed_loop(target, level, texts, args.warmup, args.seconds)
                     log.info(
-                        "%-32s c=%-3d %7.1f req/s  p50 %s ms  p99 %s ms  errors %d",
+                        "%-32s c=%-3d %7.1f req/s  p50 %s ms  p99 %s ms  max %s ms  errors %d",
                         row.target,
                         level,
                         row.rps,
                         fmt(row.p50_ms),
                         fmt(row.p99_ms),
+                        fmt(row.max_ms),
                         row.errors,
                     )
                     rows.append(row)

@@ -12,6 +12,15 @@ turns those signals into one exception, `Interrupted`, raised in the main thread
 the same way, and where nothing catches it the interpreter exits with 128 + the signal
 number (130, 143, 129) without a traceback, so no entry point needs its own handler.
 
+While an asyncio event loop runs in the main thread, the exception is not raised where
+the signal happens to land (inside a coroutine step, or inside native code called back
+from Python, such as gRPC's asyncio poller, which it can leave half-done: the suspected
+cause of a loadgen that once died of a segmentation fault on SIGTERM right after its load
+started) but from a callback of its own, between two callbacks:
+`asyncio.run` then cancels the tasks, their `finally` blocks close their channels, and the
+exception leaves `asyncio.run` as before. A second signal before that callback ran raises
+at once.
+
 Only default handlers are replaced (a command's own handler, or an ignored signal, wins)
 and they come back when the last server stops. A second signal while servers are being
 stopped kills them at once instead of interrupting the stop half-way.
@@ -19,6 +28,7 @@ stopped kills them at once instead of interrupting the stop half-way.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -53,6 +63,7 @@ class _Guard:
         self.running: dict[int, bool] = {}  # process group -> being stopped
         self.previous: dict[int, object] = {}
         self.lock = threading.Lock()
+        self.deferred: int | None = None  # a signal waiting for the event loop's next callback
 
     @staticmethod
     def _is_default(signum: int, handler: object) -> bool:
@@ -68,6 +79,19 @@ class _Guard:
                 _kill_group(group)
             return
         log.warning("%s: stopping the Triton server this command started", name)
+        loop = _running_loop()
+        if loop is not None and self.deferred is None:
+            self.deferred = signum
+            loop.call_soon_threadsafe(self._raise_deferred, signum)
+            return
+        self.deferred = None
+        raise Interrupted(signum)
+
+    def _raise_deferred(self, signum: int) -> None:
+        """Runs as an event-loop callback, so Interrupted leaves `run_forever` at a clean point."""
+        if self.deferred is None:
+            return  # a second signal raised it already
+        self.deferred = None
         raise Interrupted(signum)
 
     def add(self, group: int) -> None:
@@ -97,6 +121,14 @@ class _Guard:
                 if signal.getsignal(signum) == self.handle:  # a command that took the signal over keeps it
                     signal.signal(signum, handler)
             self.previous.clear()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this (the main) thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _kill_group(group: int) -> None:

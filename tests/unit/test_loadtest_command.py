@@ -1,0 +1,29 @@
+"""The locust command `python -m loadtest.run` builds (no locust is started)."""
+
+from __future__ import annotations
+
+from loadtest.run import build_parser, locust_command
+
+
+def command_for(*argv: str, tmp_path) -> list[str]:
+    args = build_parser().parse_args(["--report-dir", str(tmp_path), *argv])
+    return locust_command(args, tmp_path / "locust", tmp_path / "report.html")
+
+
+def value_after(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_worker_processes_get_a_master_on_a_free_loopback_port_of_their_own(tmp_path) -> None:
+    first = command_for("--", "--processes", "2", tmp_path=tmp_path)
+    second = command_for("--", "--processes", "2", tmp_path=tmp_path)
+    for command in (first, second):
+        assert value_after(command, "--master-bind-host") == "127.0.0.1"
+        assert value_after(command, "--master-bind-port") == value_after(command, "--master-port") != "5557"
+        assert int(value_after(command, "--expect-workers-max-wait")) > 0
+    assert value_after(first, "--master-port") != value_after(second, "--master-port")
+
+
+def test_a_run_without_worker_processes_has_no_master_options(tmp_path) -> None:
+    command = command_for(tmp_path=tmp_path)
+    assert not any(arg.startswith("--master") for arg in command)
