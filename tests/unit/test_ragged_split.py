@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.serve.backends.onnxruntime.ragged import CostModel, CostTracker, SplitExecution, calibrate, plan_runs, row_lengths
+from backends.onnxruntime.ragged import CostModel, CostTracker, SplitExecution, calibrate, plan_runs, row_lengths
 
 # 10 units per run, 1 unit per token: small numbers that make the hand-computed costs readable.
 UNIT = CostModel(per_run_s=10.0, per_token_s=1.0)

@@ -100,6 +100,8 @@ def assemble_backends(installation: TritonInstallation, destination: Path) -> Pa
             target = destination / backend.name
             target.mkdir()
             for module in backend.glob("*.py"):
+                if module.name == "__init__.py":  # the package marker for the tests, not the stub
+                    continue
                 shutil.copy2(module, target / module.name)
     return destination
 
