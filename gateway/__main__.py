@@ -16,7 +16,7 @@ import sys
 
 from gateway.settings import SettingsError, add_gateway_arguments, settings_from_args
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.serve.local_triton import port_in_use
+from tools.ports import port_in_use
 
 log = logging.getLogger("gateway")
 

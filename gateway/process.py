@@ -21,7 +21,7 @@ from typing import IO
 
 from gateway.settings import DEFAULT_PORT
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import port_in_use
+from tools.ports import port_in_use
 from tools.serve.process_group import stop_process_group, wait_for_http_ok
 
 log = logging.getLogger(__name__)

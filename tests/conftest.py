@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tools.paths import MODEL_REPOSITORY
+from tools.ports import free_ports
 from tools.repo.artifacts import missing_artifacts
-from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions
 
 
 def start_triton(log_path: Path, **overrides) -> LocalTriton:

@@ -18,8 +18,8 @@ import pytest
 
 from tests.conftest import start_gateway, start_triton
 from tools.observe.stats import ModelStats
+from tools.ports import free_ports
 from tools.repo.policy_repository import copy_repository, set_queue_policy
-from tools.serve.local_triton import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ from tools.embed import EmbeddingClient
 from tools.observe.metrics_summary import metrics_by_model, read_server, summary_rows
 from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import ServerOptions, free_ports
+from tools.ports import free_ports
+from tools.serve.local_triton import ServerOptions
 from tools.triton_client import parse_metrics
 
 

@@ -39,7 +39,7 @@ from tools.load.outcomes import OK
 from tools.load.requests import SAMPLE_TEXTS
 from tools.load.schedules import ClosedLoop, Phase
 from tools.paths import BUILD_DIR, REPO_ROOT
-from tools.serve.local_triton import free_ports
+from tools.ports import free_ports
 from tools.serve.process_group import stop_process_group, wait_for_http_ok
 from tools.serve.server_session import triton_endpoints
 

@@ -29,8 +29,9 @@ from tools.load.triton import TritonSender
 from tools.loadgen.measure import measure_capacity
 from tools.observe.stats import ModelStats
 from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.ports import free_ports
 from tools.repo.policy_repository import copy_repository, set_queue_policy
-from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
 
 log = logging.getLogger("overload")
 

@@ -35,8 +35,9 @@ from tools.load.schedules import Constant, Phase
 from tools.load.triton import TritonSender
 from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports
 from tools.serve.health_watch import stub_processes
-from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions
 
 log = logging.getLogger("soak")
 

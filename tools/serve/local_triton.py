@@ -9,12 +9,10 @@ It is used by `python -m tools.serve`, the tests, the tuner and the load tools.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +23,7 @@ from pathlib import Path
 
 from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+from tools.ports import port_in_use
 from tools.repo.artifacts import missing_artifacts
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
@@ -151,33 +150,6 @@ class ServerOptions:
         """Readiness, statistics, metrics; model control too when `admin_key` is set here
         (a key generated at start is known only to LocalTriton.client)."""
         return TritonClient(self.http_url, headers_for(self.admin_key), self.metrics_url)
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when something already listens on host:port (TIME_WAIT leftovers do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Ports the OS reports free right now (for tests and side-by-side servers)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def server_environment(installation: TritonInstallation) -> dict[str, str]:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from tools.contract import grpc_url_beside
 from tools.paths import BUILD_DIR
+from tools.ports import free_ports
 from tools.serve.admin_key import headers_for
-from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
 from tools.triton_client import TritonClient
 
 log = logging.getLogger(__name__)
