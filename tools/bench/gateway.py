@@ -31,13 +31,13 @@ import aiohttp
 import numpy as np
 
 from gateway.process import GatewayProcess
-from tools.bench.machine import cpu_description
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.engine import Prepared, drive
 from tools.load.mix import Request
 from tools.load.outcomes import OK
 from tools.load.requests import SAMPLE_TEXTS
 from tools.load.schedules import ClosedLoop, Phase
+from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, REPO_ROOT
 from tools.ports import free_ports
 from tools.serve.process_group import stop_process_group, wait_for_http_ok

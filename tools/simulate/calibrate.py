@@ -21,7 +21,7 @@ import time
 import numpy as np
 import tritonclient.http as httpclient
 
-from tools.bench.machine import cpu_description
+from tools.machine import cpu_description
 from tools.observe.stats import ModelStats
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.cost_model import CostModel, Grid, Overheads, StepCost

@@ -354,7 +354,7 @@ def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, targe
 
 def guided_plan(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, space: SearchSpace) -> guided.GuidedPlan:
     """Simulate the whole space under the sweep's traffic (tools/simulate/guided.py)."""
-    from tools.bench.machine import cpu_description
+    from tools.machine import cpu_description
     from tools.simulate.calibrate import calibrate
 
     def quick_calibration():
