@@ -19,10 +19,10 @@ from tools.loadgen.report import LoadResult, ServerWindow
 from tools.observe.stats import ModelStats
 from tools.reliability.overload import LevelRow, OverloadResult, markdown_table
 from tools.reliability.soak import SoakReport, Window
+from tools.repo.candidate import Candidate
 from tools.tune.objectives import score
 from tools.tune.report import write_trials
 from tools.tune.session import Trial
-from tools.tune.space import Candidate
 
 FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.candidate import Candidate
 from tools.repo.model_config import load_config, without_priority_queues
 from tools.simulate import guided
 from tools.simulate.cost_model import CostModel, CostModelError, Grid, StepCost
@@ -18,7 +19,7 @@ from tools.simulate.load_engine import Traffic
 from tools.simulate.predict import Prediction
 from tools.simulate.workload import Lengths
 from tools.tune.objectives import Score
-from tools.tune.space import Candidate, SearchSpace
+from tools.tune.space import SearchSpace
 from tools.tune.strategies import Listed
 
 GPU = CostModel.load(REPO_ROOT / "tools" / "simulate" / "cost_models" / "synthetic-gpu.json")

@@ -33,12 +33,12 @@ from tools.loadgen.report import format_ms
 from tools.machine import cpu_description
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.artifacts import ensemble_batch_floor
+from tools.repo.instances import core_budget, with_instances
 from tools.repo.model_config import ModelConfig, load_config
 from tools.repo.presets import PRESETS, PresetError, preset_configs
 from tools.serve.local_triton import TritonStartError
 from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonError
-from tools.tune.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
 

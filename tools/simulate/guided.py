@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import ModelConfig
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
@@ -28,7 +29,6 @@ from tools.simulate.load_engine import Traffic
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Lengths, Workload
 from tools.tune.objectives import OBJECTIVES, Score
-from tools.tune.space import Candidate, apply_candidate
 
 log = logging.getLogger("tune")
 

@@ -42,6 +42,7 @@ from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import Traffic
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.artifacts import ensemble_batch_floor
+from tools.repo.candidate import apply_candidate, candidate_of
 from tools.repo.model_config import ModelConfig, format_config, has_priority_queues, load_config, save_config
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.interrupts import signals_interrupt
@@ -55,7 +56,7 @@ from tools.tune.curve import encoder_batch, knee, measure_curve
 from tools.tune.objectives import OBJECTIVES
 from tools.tune.report import config_diff, plot_trials, write_trials
 from tools.tune.session import Checkpoint, Trial, Tuner, best_trial
-from tools.tune.space import SearchSpace, apply_candidate, candidate_of
+from tools.tune.space import SearchSpace
 from tools.tune.strategies import Listed, make_strategy, triton_default
 
 log = logging.getLogger("tune")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tools.repo.candidate import Candidate
 from tools.tune.objectives import Score
-from tools.tune.space import Candidate, SearchSpace, preferred_options
+from tools.tune.space import SearchSpace, preferred_options
 
 
 class Strategy(Protocol):
