@@ -14,10 +14,10 @@ from tools.adapt.live import with_delay
 from tools.adapt.replay import Phase, phase_trace, replay
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
+from tools.loadgen.curve import encoder_batch, measure_curve
 from tools.serve.admin_key import headers_for
 from tools.serve.local_triton import ServerOptions
 from tools.triton_client import TritonClient
-from tools.tune.curve import encoder_batch, measure_curve
 
 pytestmark = pytest.mark.integration
 

@@ -33,12 +33,12 @@ from tools.cli.settings import settings_from
 from tools.load.engine import Run
 from tools.load.requests import RequestSettings, request_factory
 from tools.loadgen.cli_args import number_list
+from tools.loadgen.curve import CurvePoint, encoder_batch, measure_curve
 from tools.paths import REPO_ROOT
 from tools.repo.model_config import ModelConfig, has_priority_queues, without_priority_queues
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonError
-from tools.tune.curve import CurvePoint, encoder_batch, measure_curve
 
 log = logging.getLogger("bench-adapt")
 

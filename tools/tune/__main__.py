@@ -37,6 +37,7 @@ from tools.loadgen.cli_args import (
     request_settings_from_args,
     traffics_from_args,
 )
+from tools.loadgen.curve import encoder_batch, knee, measure_curve
 from tools.loadgen.measure import Measurement, run_load
 from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import Traffic
@@ -47,12 +48,11 @@ from tools.repo.model_config import ModelConfig, format_config, has_priority_que
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.interrupts import signals_interrupt
 from tools.serve.server_session import Endpoints, triton_endpoints
-from tools.simulate import guided
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
 from tools.simulate.workload import Lengths
 from tools.triton_client import TritonError
-from tools.tune.curve import encoder_batch, knee, measure_curve
+from tools.tune import guided
 from tools.tune.objectives import OBJECTIVES
 from tools.tune.report import config_diff, plot_trials, write_trials
 from tools.tune.session import Checkpoint, Trial, Tuner, best_trial
@@ -90,7 +90,7 @@ class TuneSettings:
     priority_queues: str = "auto"
     priority_mix: bool = False  # the traffic carries a priority mix
     strategy: str = "hill-climb"
-    cost_model: str = "auto"  # model-guided: a cost model file, auto or calibrate (tools/simulate/guided.py)
+    cost_model: str = "auto"  # model-guided: a cost model file, auto or calibrate (tools/tune/guided.py)
     top: int = 3  # model-guided: candidates measured live besides the control
     max_trials: int = 14
     confirm: int = 3
@@ -354,7 +354,7 @@ def sweep(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, targe
 
 
 def guided_plan(settings: TuneSettings, endpoints: Endpoints, base: ModelConfig, space: SearchSpace) -> guided.GuidedPlan:
-    """Simulate the whole space under the sweep's traffic (tools/simulate/guided.py)."""
+    """Simulate the whole space under the sweep's traffic (tools/tune/guided.py)."""
     from tools.machine import cpu_description
     from tools.simulate.calibrate import calibrate
 

@@ -37,7 +37,7 @@ class GridSearch:
 
 class Listed:
     """The given candidates, once each, in order: model-guided tuning measures the top few
-    of a simulated ranking (tools/simulate/guided.py) and a control."""
+    of a simulated ranking (tools/tune/guided.py) and a control."""
 
     name = "model-guided"
 
