@@ -22,7 +22,8 @@ from typing import IO
 from gateway.settings import DEFAULT_PORT
 from tools.paths import REPO_ROOT
 from tools.ports import port_in_use
-from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.serve.process_group import stop_process_group
+from tools.triton_client.readiness import wait_for_http_ok
 
 log = logging.getLogger(__name__)
 

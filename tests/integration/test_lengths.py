@@ -19,10 +19,10 @@ from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
 from tools.load.requests import token_tensors
 from tools.observe.padding_waste import PaddingCounts
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import policy_configs
 from tools.triton_client import TritonClient
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

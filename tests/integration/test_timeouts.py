@@ -24,11 +24,11 @@ from tritonclient.utils import InferenceServerException
 from tools.embed import EmbeddingClient, client_module
 from tools.load.requests import token_tensors
 from tools.loadgen.curve import encoder_batch, measure_curve
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.model_config import load_config
 from tools.serve.local_triton import ServerOptions
 from tools.triton_client import fetch_metrics, metric_total
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from tests.ops.conftest import DOCKER_DIR, K8S_DIR, MONITORING_DIR, run, system_
 from tools.embed import EmbeddingClient
 from tools.ports import free_ports
 from tools.serve.local_triton import ServerOptions
-from tools.serve.process_group import wait_for_http_ok
+from tools.triton_client.readiness import wait_for_http_ok
 
 PROMETHEUS_DIR = MONITORING_DIR / "prometheus"
 DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-dynamic-batching.json"

@@ -16,10 +16,10 @@ from tools.bench.render import render_markdown as render_bench
 from tools.load.engine import Record
 from tools.load.results import ClassResult, LatencySummary, Results
 from tools.loadgen.report import LoadResult, ServerWindow
-from tools.observe.stats import ModelStats
 from tools.reliability.overload import LevelRow, OverloadResult, markdown_table
 from tools.reliability.soak import SoakReport, Window
 from tools.repo.candidate import Candidate
+from tools.triton_client.stats import ModelStats
 from tools.tune.objectives import score
 from tools.tune.report import write_trials
 from tools.tune.session import Trial

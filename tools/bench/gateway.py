@@ -40,8 +40,9 @@ from tools.load.schedules import ClosedLoop, Phase
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, REPO_ROOT
 from tools.ports import free_ports
-from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.serve.process_group import stop_process_group
 from tools.serve.server_session import triton_endpoints
+from tools.triton_client.readiness import wait_for_http_ok
 
 log = logging.getLogger("bench.gateway")
 

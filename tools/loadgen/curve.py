@@ -17,7 +17,7 @@ from tools.load.outcomes import OK
 from tools.load.requests import Target, token_tensors
 from tools.load.schedules import ClosedLoop, Phase
 from tools.load.triton import TritonSender
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 

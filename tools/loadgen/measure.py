@@ -22,7 +22,7 @@ from tools.load.schedules import Phase
 from tools.load.triton import TritonSender
 from tools.loadgen.report import LoadResult, ServerWindow
 from tools.loadgen.traffic import Traffic
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 

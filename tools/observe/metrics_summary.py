@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
-from tools.observe.stats import ModelStats
 from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig
 from tools.triton_client import MetricSample, TritonClient, TritonError
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("metrics")
 

@@ -27,11 +27,11 @@ from tools.load.results import Results, format_ms
 from tools.load.schedules import Phase, Poisson
 from tools.load.triton import TritonSender
 from tools.loadgen.measure import measure_capacity
-from tools.observe.stats import ModelStats
 from tools.paths import BUILD_DIR, REPO_ROOT
 from tools.ports import free_ports
 from tools.repo.policy_repository import copy_repository, set_queue_policy
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("overload")
 

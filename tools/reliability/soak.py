@@ -33,11 +33,11 @@ from tools.load.requests import Target, bytes_tensor, token_tensors
 from tools.load.results import Results, format_ms
 from tools.load.schedules import Constant, Phase
 from tools.load.triton import TritonSender
-from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports
 from tools.serve.health_watch import stub_processes
 from tools.serve.local_triton import LocalTriton, ServerOptions
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("soak")
 

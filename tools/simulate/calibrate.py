@@ -22,12 +22,12 @@ import numpy as np
 import tritonclient.http as httpclient
 
 from tools.machine import cpu_description
-from tools.observe.stats import ModelStats
 from tools.repo.instances import with_instances
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.cost_model import CostModel, Grid, Overheads, StepCost
 from tools.simulate.load_engine import SAMPLE_TEXTS, Traffic, measure, sample_lengths, token_tensors
 from tools.triton_client import TritonError
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("simulate")
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.observe.stats import ModelStats
 from tools.repo.model_config import ModelConfig, to_override_json
-from tools.serve.process_group import http_ok, wait_for_http_ok
+from tools.triton_client.readiness import http_ok, wait_for_http_ok
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
