@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.cli.exit_status import NoServerError
 from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.ports import port_in_use
@@ -35,7 +36,7 @@ from tools.triton_client import TritonClient, TritonError, metric_total
 log = logging.getLogger(__name__)
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(NoServerError):
     """Triton could not be started; the message says why (and shows the log tail)."""
 
 

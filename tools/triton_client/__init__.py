@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
+from tools.cli.exit_status import ActionableError
 from tools.repo.model_config import ModelConfig, to_override_json
 from tools.triton_client.readiness import http_ok, wait_for_http_ok
 from tools.triton_client.stats import ModelStats
@@ -43,7 +44,7 @@ PROBE_MODEL = "__model_control_probe__"  # never a real model: unloading it chan
 MetricSample = tuple[str, dict[str, str], float]  # (name, labels, value); a counter by its family name
 
 
-class TritonError(RuntimeError):
+class TritonError(ActionableError):
     """A Triton endpoint answered with an error (`status` is its HTTP status) or did not
     answer at all (`status` None); the message names the call and the server's reason."""
 
