@@ -4,7 +4,7 @@
     curl localhost:8080/v1/embeddings -H 'Content-Type: application/json' \
          -d '{"model": "embed", "input": ["Hello world"]}'
 
-`make serve` starts it beside Triton (see gateway.process); alone, it waits for Triton:
+`make serve` starts it beside Triton (see tools.serve.gateway_process); alone, it waits for Triton:
 `/health` answers 503 until Triton's model is ready.
 """
 

@@ -56,7 +56,7 @@ def client(request, triton):
 
 def start_gateway(triton_grpc_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None):
     """The OpenAI-compatible gateway as a real server process on a free port (gateway.process)."""
-    from gateway.process import GatewayProcess
+    from tools.serve.gateway_process import GatewayProcess
 
     (port,) = free_ports(1)
     return GatewayProcess(triton_grpc_url, port=port, extra_args=args, log_path=log_path, env=env).start()

@@ -30,7 +30,6 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from gateway.process import GatewayProcess
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.engine import Prepared, drive
 from tools.load.mix import Request
@@ -40,6 +39,7 @@ from tools.load.schedules import ClosedLoop, Phase
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, REPO_ROOT
 from tools.ports import free_ports
+from tools.serve.gateway_process import GatewayProcess
 from tools.serve.process_group import stop_process_group
 from tools.serve.server_session import triton_endpoints
 from tools.triton_client.readiness import wait_for_http_ok

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.presets import DEFAULT_PRESET, PRESETS, PresetError, repository_for
@@ -31,6 +30,7 @@ from tools.repo.variant import VariantError
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import AdminKeyError, add_admin_key_arguments, resolve_admin_key
 from tools.serve.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
+from tools.serve.gateway_process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.serve.health_watch import HealthWatch, reload_model
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 
@@ -181,7 +181,7 @@ def serve_local(
 ) -> int:
     """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
     With a watch interval, a dead backend stub is recovered (see tools.serve.health_watch).
-    With a gateway, it starts once Triton is ready and stops first (gateway.process)."""
+    With a gateway, it starts once Triton is ready and stops first (tools.serve.gateway_process)."""
     server = LocalTriton(options, log_path=None)
     restart = threading.Event()
     watch: HealthWatch | None = None
