@@ -48,9 +48,10 @@ serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|d
 test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff check and format check
+lint: $(STAMP) ## ruff check, format check and the layer contracts (docs/architecture.md)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP) ## ruff format and ruff check --fix
 	$(PY) -m ruff format .
