@@ -43,8 +43,17 @@ from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import Traffic
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.artifacts import ensemble_batch_floor
-from tools.repo.candidate import apply_candidate, candidate_of
-from tools.repo.model_config import ModelConfig, format_config, has_priority_queues, load_config, save_config
+from tools.repo.candidate import Candidate, apply_candidate, candidate_of
+from tools.repo.model_config import (
+    CONFIG_NAME,
+    ModelConfig,
+    changed_fields,
+    format_config,
+    has_priority_queues,
+    load_config,
+    rewrite_config,
+    save_config,
+)
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.interrupts import signals_interrupt
 from tools.serve.server_session import Endpoints, triton_endpoints
@@ -54,7 +63,7 @@ from tools.simulate.workload import Lengths
 from tools.triton_client import TritonError
 from tools.tune import guided
 from tools.tune.objectives import OBJECTIVES
-from tools.tune.report import config_diff, plot_trials, write_trials
+from tools.tune.report import plot_trials, write_trials
 from tools.tune.session import Checkpoint, Trial, Tuner, best_trial
 from tools.tune.space import SearchSpace
 from tools.tune.strategies import Listed, make_strategy, triton_default
@@ -437,13 +446,21 @@ def write_outputs(settings: TuneSettings, base: ModelConfig, trials: list[Trial]
     if settings.apply:
         # Only the batching fields go into the committed file: the server may run another
         # form of the model (a GPU variant) whose other fields do not belong there.
-        committed = load_config(MODEL_REPOSITORY / settings.model)
-        applied = apply_candidate(committed, winner.candidate)
-        if format_config(applied) != format_config(committed):  # an unchanged file keeps its comments
-            save_config(applied, MODEL_REPOSITORY / settings.model)
-        diff = config_diff(committed, applied, f"{settings.model}/config.pbtxt")
-        print(f"applied the winner's batching to {MODEL_REPOSITORY / settings.model / 'config.pbtxt'}:\n{diff or '(no change)'}")
+        apply_winner(MODEL_REPOSITORY / settings.model / CONFIG_NAME, winner.candidate)
     return 0
+
+
+def apply_winner(path: Path, candidate: Candidate) -> None:
+    """Write the winner's batching into a committed config (its header comments kept) and
+    print each field it changed, old -> new."""
+    committed = load_config(path)
+    applied = apply_candidate(committed, candidate)
+    changes = changed_fields(committed, applied)
+    if changes:
+        rewrite_config(applied, path)
+    print(f"applied the winner's batching to {path}:" + ("" if changes else " no field changed"))
+    for name, old, new in changes:
+        print(f"  {name}: {'(unset)' if old is None else old} -> {'(unset)' if new is None else new}")
 
 
 def queues_hint(best: Trial | None) -> str:

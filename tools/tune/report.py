@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import csv
-import difflib
 import json
 import logging
 from pathlib import Path
 
-from tools.repo.model_config import ModelConfig, format_config
 from tools.tune.session import Trial
 
 log = logging.getLogger("tune")
@@ -121,14 +119,3 @@ def plot_trials(trials: list[Trial], winner: Trial | None, folder: Path, model: 
             figure.savefig(written[-1], dpi=110, bbox_inches="tight")
             plt.close(figure)
     return written
-
-
-def config_diff(before: ModelConfig, after: ModelConfig, name: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            format_config(before).splitlines(keepends=True),
-            format_config(after).splitlines(keepends=True),
-            f"{name} (committed)",
-            f"{name} (winner)",
-        )
-    )
