@@ -15,8 +15,7 @@ from tools.adapt.replay import Phase, phase_trace, replay
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
 from tools.loadgen.curve import encoder_batch, measure_curve
-from tools.serve.admin_key import headers_for
-from tools.serve.local_triton import ServerOptions
+from tools.serve.local_triton import ServerOptions, triton_client
 from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration
@@ -35,7 +34,7 @@ def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 
 
 def _set_delay(options: ServerOptions, delay_us: int) -> None:
-    client = TritonClient(options.http_url, headers_for(KEY))
+    client = triton_client(options.http_url, KEY)
     client.load("encoder", with_delay(client.config("encoder"), delay_us))
 
 

@@ -38,7 +38,6 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import POLICIES, policy_configs
 from tools.repo.model_config import load_config
 from tools.serve.server_session import triton_endpoints
-from tools.triton_client import load_with_config
 
 log = logging.getLogger("bench-lengths")
 
@@ -139,8 +138,8 @@ def run_bench(args: argparse.Namespace) -> int:
     with triton_endpoints(None, explicit_control=True) as endpoints:
         for number, policy in enumerate(args.policies, start=1):
             tokenizer_config, encoder_config = policy_configs(MODEL_REPOSITORY, policy)
-            load_with_config(endpoints.http_url, "encoder", encoder_config, endpoints.headers)
-            load_with_config(endpoints.http_url, "tokenizer", tokenizer_config, endpoints.headers)
+            endpoints.client.load("encoder", encoder_config)
+            endpoints.client.load("tokenizer", tokenizer_config)
             log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(args.policies), policy, time.perf_counter() - started)
             closed = [
                 measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)

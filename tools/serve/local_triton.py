@@ -146,11 +146,13 @@ class ServerOptions:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
-    @property
-    def client(self) -> TritonClient:
-        """Readiness, statistics, metrics; model control too when `admin_key` is set here
-        (a key generated at start is known only to LocalTriton.client)."""
-        return TritonClient(self.http_url, headers_for(self.admin_key), self.metrics_url)
+
+def triton_client(http_url: str, admin_key: str | None = None, metrics_url: str | None = None) -> TritonClient:
+    """The one way to build a client for a server whose model-control API may be restricted:
+    it carries the key as the header the server was started with (tools/serve/admin_key.py).
+    LocalTriton.client and Endpoints.client build theirs here; a read-only caller below the
+    serve layer (statistics, readiness, a config) may use TritonClient(http_url) directly."""
+    return TritonClient(http_url, headers_for(admin_key), metrics_url)
 
 
 def server_environment(installation: TritonInstallation) -> dict[str, str]:
@@ -324,14 +326,10 @@ class LocalTriton:
         return process.returncode
 
     @property
-    def admin_headers(self) -> dict[str, str] | None:
-        """Headers for model-control calls (load/unload/index) to this server."""
-        return headers_for(self.admin_key)
-
-    @property
     def client(self) -> TritonClient:
-        """Model control (with this server's admin key), readiness, statistics and metrics."""
-        return TritonClient(self.options.http_url, self.admin_headers, self.options.metrics_url)
+        """Model control (with this server's admin key, generated at start when the options
+        gave none), readiness, statistics and metrics."""
+        return triton_client(self.options.http_url, self.admin_key, self.options.metrics_url)
 
     @property
     def pid(self) -> int | None:

@@ -113,8 +113,9 @@ def _reason(error: urllib.error.HTTPError) -> str:
 @dataclass(frozen=True)
 class TritonClient:
     """Endpoints of one server: `http_url` is host:port; `headers` carry the admin key
-    for the model-control API when it is restricted; `metrics_url` is the full URL of the
-    Prometheus endpoint (its own port)."""
+    for the model-control API when it is restricted (build such a client with
+    tools.serve.local_triton.triton_client, the one place that knows the header); `metrics_url`
+    is the full URL of the Prometheus endpoint (its own port)."""
 
     http_url: str
     headers: dict[str, str] | None = None
@@ -269,8 +270,3 @@ class TritonClient:
         if not self.metrics_url:
             raise TritonError(f"no metrics URL is known for the server at {self.http_url}")
         return fetch_metrics(self.metrics_url)
-
-
-def load_with_config(http_url: str, model: str, config: ModelConfig, headers: dict[str, str] | None = None) -> None:
-    """Shorthand for `TritonClient(http_url, headers).load(model, config)`, for one-off reloads."""
-    TritonClient(http_url, headers).load(model, config)
