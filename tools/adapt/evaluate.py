@@ -27,12 +27,12 @@ from tools.adapt.live import LiveController, with_delay
 from tools.adapt.reload_cost import measure_reload_cost
 from tools.adapt.replay import Phase, phase_trace, replay, windows
 from tools.adapt.report import phase_summary, render_markdown
+from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.cli.settings import settings_from
 from tools.load.engine import Run
 from tools.load.requests import RequestSettings, request_factory
-from tools.loadgen.cli_args import number_list
 from tools.loadgen.curve import CurvePoint, encoder_batch, measure_curve
 from tools.paths import REPO_ROOT
 from tools.repo.model_config import ModelConfig, has_priority_queues, without_priority_queues

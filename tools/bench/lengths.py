@@ -26,10 +26,11 @@ from pathlib import Path
 
 from tools.bench.engine import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
+from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, mixed_target, run_load
-from tools.loadgen.cli_args import length_mix_from_args, number_list
+from tools.loadgen.cli_args import length_mix_from_args
 from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import parse_priority_mix
 from tools.machine import cpu_line, describe_cpu

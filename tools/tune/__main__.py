@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.cli.settings import settings_from
@@ -33,7 +34,6 @@ from tools.loadgen.cli_args import (
     add_load_arguments,
     check_load_arguments,
     measurement_from_args,
-    number_list,
     request_settings_from_args,
     traffics_from_args,
 )
