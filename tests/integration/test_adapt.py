@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import start_triton
 from tools.adapt import __main__ as adapt
 from tools.adapt.live import with_delay
-from tools.adapt.replay import Phase, phase_trace, replay
+from tools.adapt.replay import TracePhase, phase_trace, replay
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
 from tools.loadgen.curve import encoder_batch, measure_curve
@@ -73,7 +73,7 @@ def light_rate(options: ServerOptions) -> float:
 
 def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_request(explicit_triton, tmp_path) -> None:
     _set_delay(explicit_triton, START_DELAY_US)
-    arrivals = phase_trace([Phase("light", light_rate(explicit_triton), 20.0)], seed=3)
+    arrivals = phase_trace([TracePhase("light", light_rate(explicit_triton), 20.0)], seed=3)
     outcome: dict = {}
 
     def load() -> None:

@@ -14,7 +14,7 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.candidate import Candidate
 from tools.repo.model_config import load_config, without_priority_queues
 from tools.simulate.cost_model import CostModel, CostModelError, Grid, StepCost
-from tools.simulate.load_engine import Traffic
+from tools.simulate.live_load import Traffic
 from tools.simulate.predict import Prediction
 from tools.simulate.workload import Lengths
 from tools.tune import guided

@@ -1,11 +1,11 @@
-"""Simulated traffic is the load engine's traffic: same arrival schedules, same text lengths."""
+"""Simulated traffic is the load driver's traffic: same arrival schedules, same text lengths."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tools.simulate.load_engine import LengthMix, MixedTexts, Phase, Traffic, arrivals, sample_lengths
+from tools.simulate.live_load import LengthMix, MixedTexts, Phase, Traffic, arrivals, sample_lengths
 from tools.simulate.workload import Lengths, Workload
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
-from tools.bench.engine import NaiveBatcher, drive_naive, open_session, raw_curve
+from tools.bench.in_process import NaiveBatcher, drive_naive, open_session, raw_curve
 from tools.bench.render import render_markdown
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, embed_target, encoder_target, run_load

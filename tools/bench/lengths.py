@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from tools.bench.engine import open_session, token_batch
+from tools.bench.in_process import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
 from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors

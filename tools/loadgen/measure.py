@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.load.engine import LoadEngine, Record
+from tools.load.driver import LoadDriver, Record
 from tools.load.outcomes import OK
 from tools.load.requests import Target
 from tools.load.results import Results, format_ms, percentile
@@ -73,7 +73,7 @@ class _Windows:
     def __init__(self, target: Target, traffic: Traffic, measurement: Measurement, url: str, protocol: str, stats_url: str) -> None:
         self.target, self.traffic, self.measurement, self.protocol, self.stats_url = target, traffic, measurement, protocol, stats_url
         phases = [Phase(traffic.schedule(), measurement.budget_s)]
-        self.engine = LoadEngine(TritonSender(url, target, protocol), phases, traffic.mix(), seed=traffic.seed)
+        self.engine = LoadDriver(TritonSender(url, target, protocol), phases, traffic.mix(), seed=traffic.seed)
 
     async def snapshot(self) -> dict[str, ModelStats]:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,6 @@
 """`python -m tools.reliability.soak`: a bounded soak at a steady, sub-capacity rate.
 
-Drives the load engine (tools/load) at a fixed rate with a mix of good requests (unique texts, plus repeats the cache
+Drives the load driver (tools/load) at a fixed rate with a mix of good requests (unique texts, plus repeats the cache
 answers) and bad ones (invalid UTF-8 through the ensemble, an out-of-range token id at
 the encoder, a wrong shape), each kind with its expected outcome. Per window it records
 the latency of good requests and the resident memory of tritonserver and each backend
@@ -26,7 +26,7 @@ import numpy as np
 
 from tools.cli.arguments import parse_checked
 from tools.cli.logsetup import add_verbosity_flags
-from tools.load.engine import LoadEngine, Run
+from tools.load.driver import LoadDriver, Run
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
 from tools.load.requests import Target, bytes_tensor, token_tensors
@@ -153,7 +153,7 @@ class _Soak:
         self.window_s, self.server_pid = window_s, server_pid
         mix = RequestMix(kinds={kind: share for kind, (share, _) in MIX.items()}, seed=seed)
         sender = TritonSender(grpc_url, soak_targets())
-        self.engine = LoadEngine(sender, [Phase(Constant(rate), duration_s)], mix, deadline_s=60.0, seed=seed)
+        self.engine = LoadDriver(sender, [Phase(Constant(rate), duration_s)], mix, deadline_s=60.0, seed=seed)
         self.windows: list[Window] = []
 
     def window(self, start: float, end: float) -> Window:

@@ -25,7 +25,7 @@ from tools.machine import cpu_description
 from tools.repo.instances import with_instances
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.cost_model import CostModel, Grid, Overheads, StepCost
-from tools.simulate.load_engine import SAMPLE_TEXTS, Traffic, measure, sample_lengths, token_tensors
+from tools.simulate.live_load import SAMPLE_TEXTS, Traffic, measure, sample_lengths, token_tensors
 from tools.triton_client import TritonError
 from tools.triton_client.stats import ModelStats
 

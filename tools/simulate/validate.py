@@ -21,7 +21,7 @@ from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
-from tools.simulate.load_engine import Traffic, full_budget_window, measure
+from tools.simulate.live_load import Traffic, full_budget_window, measure
 from tools.simulate.predict import predict
 from tools.simulate.workload import Workload
 from tools.triton_client import TritonError

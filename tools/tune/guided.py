@@ -26,7 +26,7 @@ from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import ModelConfig
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
-from tools.simulate.load_engine import Traffic
+from tools.simulate.live_load import Traffic
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Lengths, Workload
 from tools.tune.objectives import OBJECTIVES, Score

@@ -1,4 +1,4 @@
-"""The one load engine: runs phases of closed- or open-loop schedules against a Sender and
+"""The one load driver: runs phases of closed- or open-loop schedules against a Sender and
 keeps one record per request.
 
 Open loop: each request leaves at its precomputed offset in its own task, whatever the
@@ -94,7 +94,7 @@ class Run:
         return np.asarray([getattr(r, name) for r in self.records])
 
 
-class LoadEngine:
+class LoadDriver:
     """Drives `phases` against `sender`; `run()` returns when every request has a record.
     `records`, `started` and `now()` may be read while it runs (e.g. to measure windows)."""
 
@@ -227,4 +227,4 @@ class LoadEngine:
 
 def drive(sender: Sender, phases: Sequence[Phase], mix: RequestMix | None = None, deadline_s: float = DEADLINE_S, seed: int = 0) -> Run:
     """Run the phases to the end (blocking) and return every request's record."""
-    return asyncio.run(LoadEngine(sender, phases, mix, deadline_s, seed).run())
+    return asyncio.run(LoadDriver(sender, phases, mix, deadline_s, seed).run())
