@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.load.driver import LoadDriver, Record
+from tools.load.driver import LoadDriver, Record, run_until_complete
 from tools.load.outcomes import OK
 from tools.load.requests import Target
 from tools.load.results import Results, format_ms, percentile
@@ -151,7 +151,7 @@ def run_load(
     stats_url = stats_url or url
     if measurement.server_models and protocol == "grpc" and stats_url == url:
         raise ValueError("server statistics are read over HTTP: pass stats_url (host:http_port)")
-    return asyncio.run(_Windows(target, traffic, measurement, url, protocol, stats_url).run())
+    return run_until_complete(_Windows(target, traffic, measurement, url, protocol, stats_url).run())
 
 
 def measure_capacity(target: Target, url: str, protocol: str = "grpc", stats_url: str | None = None, concurrency: int = 8) -> float:

@@ -26,7 +26,7 @@ import numpy as np
 
 from tools.cli.arguments import parse_checked
 from tools.cli.logsetup import add_verbosity_flags
-from tools.load.driver import LoadDriver, Run
+from tools.load.driver import LoadDriver, Run, run_until_complete
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
 from tools.load.requests import Target, bytes_tensor, token_tensors
@@ -184,7 +184,7 @@ def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: floa
     options = server.options
     before = {m: ModelStats.settled(options.http_url, m) for m in ("embed", "encoder")}
     soak = _Soak(options.grpc_url, rate, duration_s, window_s, server.pid, seed)
-    run = asyncio.run(soak.run())
+    run = run_until_complete(soak.run())
     windows = soak.windows
     after = {m: ModelStats.settled(options.http_url, m) - before[m] for m in before}
     outcomes: dict[str, dict[str, int]] = {}
