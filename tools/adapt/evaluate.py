@@ -35,6 +35,7 @@ from tools.load.driver import Run
 from tools.load.requests import RequestSettings, request_factory
 from tools.loadgen.curve import CurvePoint, encoder_batch, measure_curve
 from tools.paths import REPO_ROOT
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig, has_priority_queues, without_priority_queues
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.server_session import triton_endpoints
@@ -143,7 +144,7 @@ def measure_batch_capacity(http_url: str, base: ModelConfig, seq_len: int) -> Ca
     curve = measure_curve(http_url, "encoder", encoder_batch(seq_len), [1, 4, 8, 1], repeats=4)
     per_instance = max(p.rows_per_s for p in curve if p.batch_size == 1)
     # the curve runs one request at a time, on one instance; the others serve in parallel
-    instances = sum(group.count or 1 for group in base.instance_group) or 1
+    instances = instance_count(base)
     return Capacity(curve, per_instance * instances, instances, max(p.rows_per_s for p in curve) / per_instance)
 
 

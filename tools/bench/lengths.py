@@ -36,6 +36,7 @@ from tools.loadgen.traffic import parse_priority_mix
 from tools.machine import cpu_line, describe_cpu
 from tools.observe.padding_waste import PaddingCounts
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.instances import instance_count
 from tools.repo.length_policy import POLICIES, policy_configs
 from tools.repo.model_config import load_config
 from tools.serve.server_session import triton_endpoints
@@ -128,7 +129,7 @@ def run_bench(args: argparse.Namespace) -> int:
     encoder = load_config(MODEL_REPOSITORY / "encoder")
     measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
 
-    instances = sum(group.count for group in encoder.instance_group) or 1
+    instances = instance_count(encoder)
     model_path = MODEL_REPOSITORY / "encoder" / "1" / "model.onnx"
     log.info("[1/3] raw engine: padded tokens/s in process")
     raw_points = raw_engine_points(model_path, instances, args.window / 2)
