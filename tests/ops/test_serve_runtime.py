@@ -121,7 +121,8 @@ def test_local_asked_for_probes_nothing() -> None:
         (["--health-interval", "5"], "--health-interval"),
         (["--model-control-mode", "none"], "--model-control-mode"),
         (["--model-control-mode", "poll"], "--model-control-mode"),
-        (["--gateway-args", "--api-key-file keys"], "--gateway-args"),
+        (["--gateway-api-key-file", "keys"], "--gateway-api-key-file"),
+        (["--gateway-max-inputs", "8"], "--gateway-max-inputs"),
     ],
 )
 def test_docker_refuses_local_only_flags(flags: list[str], named: str) -> None:
