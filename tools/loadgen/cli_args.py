@@ -89,9 +89,11 @@ def check_load_arguments(args: argparse.Namespace) -> None:
     measurement_from_args(args)
 
 
-def request_settings_from_args(args: argparse.Namespace) -> RequestSettings:
+def request_settings_from_args(args: argparse.Namespace, seq_len: int | None = None) -> RequestSettings:
+    """What each request carries; `seq_len` overrides --seq-len (the tuner derives its own)."""
     mixed = getattr(args, "texts", "samples") == "mixed"
-    seq_len = RequestSettings.seq_len if args.seq_len is None else args.seq_len  # the tuner derives it later
+    if seq_len is None:
+        seq_len = RequestSettings.seq_len if args.seq_len is None else args.seq_len
     return RequestSettings(seq_len, args.texts_per_request, length_mix_from_args(args) if mixed else None)
 
 

@@ -116,14 +116,13 @@ def settings_from_args(args: argparse.Namespace) -> TuneSettings:
     # The batch curve is measured at the traffic's length: texts through the ensemble pad
     # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
     seq_len = args.seq_len or (32 if load_model != args.model else 128)
-    load_args = argparse.Namespace(**{**vars(args), "seq_len": seq_len})  # loadgen's parsers read the Namespace
     return settings_from(
         TuneSettings,
         args,
         load_model=load_model,
-        requests=request_settings_from_args(load_args),
-        traffics=traffics_from_args(load_args),
-        measurement=measurement_from_args(load_args, models=(args.model,)),
+        requests=request_settings_from_args(args, seq_len),
+        traffics=traffics_from_args(args),
+        measurement=measurement_from_args(args, models=(args.model,)),
         seq_len=seq_len,
         admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
         priority_mix=bool(args.priority_mix),
