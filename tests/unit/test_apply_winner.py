@@ -11,7 +11,7 @@ import pytest
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.candidate import Candidate, apply_candidate, candidate_of
 from tools.repo.model_config import changed_fields, leading_comments, load_config, rewrite_config
-from tools.tune.__main__ import apply_winner
+from tools.tune.outputs import apply_winner
 
 COMMITTED = MODEL_REPOSITORY / "encoder" / "config.pbtxt"
 

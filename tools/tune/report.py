@@ -34,6 +34,10 @@ CSV_FIELDS = (
 )
 
 
+SERVER_CONFIG = "server-config.pbtxt"  # in the report folder: the config the server ran before the sweep
+CHECKPOINT = "checkpoint.json"
+
+
 def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "trials.json").write_text(json.dumps([t.to_dict() for t in trials], indent=1))
