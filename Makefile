@@ -53,9 +53,10 @@ test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integrat
 test-unit: $(STAMP) ## the fast tier, tests/unit: no export, no server, no command run as a subprocess (~2 min)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff check and format check
+lint: $(STAMP) ## ruff check, format check and the layer contracts (docs/architecture.md)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP) ## ruff format and ruff check --fix
 	$(PY) -m ruff format .

@@ -137,7 +137,7 @@ def run_export(args: argparse.Namespace, precision: PrecisionRequest) -> int:
     from export.serving_tokenizer import serving_tokenizer, write_tokenizer
 
     if args.target == "tensorrt":
-        from export.tensorrt_engine import TensorRTUnavailable, export_tensorrt
+        from export.tensorrt_plan import TensorRTUnavailable, export_tensorrt
 
         fp16 = check_tensorrt_precision(args.repository.resolve() / args.encoder / "1" / MANIFEST_NAME, precision)
         try:

@@ -4,7 +4,7 @@
     curl localhost:8080/v1/embeddings -H 'Content-Type: application/json' \
          -d '{"model": "embed", "input": ["Hello world"]}'
 
-`make serve` starts it beside Triton (see gateway.process); alone, it waits for Triton:
+`make serve` starts it beside Triton (see tools.serve.gateway_process); alone, it waits for Triton:
 `/health` answers 503 until Triton's model is ready.
 """
 
@@ -14,16 +14,16 @@ import argparse
 import logging
 import sys
 
-from gateway.settings import SettingsError, add_gateway_arguments, settings_from_args
+from gateway.settings import GatewaySettings, SettingsError
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.serve.local_triton import port_in_use
+from tools.ports import port_in_use
 
 log = logging.getLogger("gateway")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_gateway_arguments(parser)
+    GatewaySettings.add_cli_args(parser)
     parser.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     add_verbosity_flags(parser)
     return parser
@@ -33,7 +33,7 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     try:
-        settings = settings_from_args(args)
+        settings = GatewaySettings.from_cli_args(args)
         if port_in_use(settings.host, settings.port):
             raise SettingsError(f"port {settings.port} on {settings.host} is already in use; choose another with --port")
     except (SettingsError, OSError) as exc:

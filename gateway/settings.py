@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,39 @@ class GatewaySettings:
     max_body_bytes: int = 8 * 1024 * 1024
     request_timeout_s: float = 30.0
     retry_after_s: int = 1
+    api_key_file: Path | None = None  # where api_keys were read (None: $GATEWAY_API_KEYS or no auth)
     api_keys: frozenset[str] = field(default_factory=frozenset, repr=False)
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser, prefix: str = "", skip: Collection[str] = ()) -> None:
+        """Declare the options (the table OPTIONS) on `parser`; `prefix` namespaces them for a
+        launcher (`tools.serve`: `--gateway-port`, `--gateway-api-key-file`, ...)."""
+        defaults = cls()
+        for option in OPTIONS:
+            if option.flag not in skip:
+                default = getattr(defaults, option.field)
+                parser.add_argument(
+                    f"--{prefix}{option.flag}", dest=option.dest(prefix), type=option.type, default=default, help=option.help
+                )
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace, prefix: str = "", **given: object) -> GatewaySettings:
+        """Checked settings from the options add_cli_args declared; `given` sets the ones a
+        launcher skipped (the Triton URL, the host). API keys come from the file or the environment."""
+        values = {o.field: getattr(args, o.dest(prefix)) for o in OPTIONS if hasattr(args, o.dest(prefix))}
+        values.update(given)
+        return cls(**values, api_keys=keys_from(values.get("api_key_file"))).validate()  # type: ignore[arg-type]
+
+    def to_cli_args(self) -> list[str]:
+        """The `python -m gateway` options that give a child these settings (defaults left
+        out); keys travel as their file or in the environment, never on a command line."""
+        defaults = GatewaySettings()
+        argv = []
+        for option in OPTIONS:
+            value = getattr(self, option.field)
+            if value is not None and value != getattr(defaults, option.field):
+                argv += [f"--{option.flag}", str(value)]
+        return argv
 
     @property
     def model_name(self) -> str:
@@ -81,34 +114,30 @@ def keys_from(path: Path | None, environ: dict[str, str] | None = None) -> froze
     return frozenset(key.strip() for key in value.split(",") if key.strip())
 
 
-def add_gateway_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = GatewaySettings()
-    parser.add_argument("--triton-url", default=defaults.triton_url, help="Triton's gRPC host:port (default %(default)s)")
-    parser.add_argument(
-        "--triton-model", default=defaults.triton_model, help=f"the Triton model to serve ({TEXT_INPUT} in, {EMBEDDING_OUTPUT} out)"
-    )
-    parser.add_argument("--served-model-name", default=None, help="the `model` name clients send (default: the Triton model's)")
-    parser.add_argument("--host", default=defaults.host, help="address to bind (default %(default)s; 0.0.0.0 exposes the gateway)")
-    parser.add_argument("--port", type=int, default=defaults.port)
-    parser.add_argument("--tokenizer", type=Path, default=defaults.tokenizer_path, help="tokenizer.json used to count usage tokens")
-    parser.add_argument("--max-inputs", type=int, default=defaults.max_inputs, help="texts per request (more: 413)")
-    parser.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes, help="request body size (more: 413)")
-    parser.add_argument("--timeout", type=float, default=defaults.request_timeout_s, help="seconds a request may take (then 504)")
-    parser.add_argument("--retry-after", type=int, default=defaults.retry_after_s, help="Retry-After seconds on 429/503")
-    parser.add_argument("--api-key-file", type=Path, default=None, help=f"file of accepted API keys (else ${KEYS_ENV}; none: no auth)")
+@dataclass(frozen=True)
+class Option:
+    """One command-line option of the gateway, declared once: `python -m gateway` and the
+    launchers that start it (tools.serve, with a prefix) read the same table."""
+
+    flag: str  # without the dashes
+    field: str  # the GatewaySettings field it sets
+    type: Callable[[str], object]
+    help: str
+
+    def dest(self, prefix: str = "") -> str:
+        return f"{prefix}{self.flag}".replace("-", "_")
 
 
-def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
-    return GatewaySettings(
-        triton_url=args.triton_url,
-        triton_model=args.triton_model,
-        served_model_name=args.served_model_name,
-        host=args.host,
-        port=args.port,
-        tokenizer_path=args.tokenizer,
-        max_inputs=args.max_inputs,
-        max_body_bytes=args.max_body_bytes,
-        request_timeout_s=args.timeout,
-        retry_after_s=args.retry_after,
-        api_keys=keys_from(args.api_key_file),
-    ).validate()
+OPTIONS = (
+    Option("triton-url", "triton_url", str, "Triton's gRPC host:port (default %(default)s)"),
+    Option("triton-model", "triton_model", str, f"the Triton model to serve ({TEXT_INPUT} in, {EMBEDDING_OUTPUT} out)"),
+    Option("served-model-name", "served_model_name", str, "the `model` name clients send (default: the Triton model's)"),
+    Option("host", "host", str, "address to bind (default %(default)s; 0.0.0.0 exposes the gateway)"),
+    Option("port", "port", int, "the gateway's port (default %(default)s)"),
+    Option("tokenizer", "tokenizer_path", Path, "tokenizer.json used to count usage tokens"),
+    Option("max-inputs", "max_inputs", int, "texts per request (more: 413)"),
+    Option("max-body-bytes", "max_body_bytes", int, "request body size (more: 413)"),
+    Option("timeout", "request_timeout_s", float, "seconds a request may take (then 504)"),
+    Option("retry-after", "retry_after_s", int, "Retry-After seconds on 429/503"),
+    Option("api-key-file", "api_key_file", Path, f"file of accepted API keys (else ${KEYS_ENV}; none: no auth)"),
+)

@@ -2,7 +2,7 @@
 the models inside the `embed` ensemble?
 
 Identical requests, half at priority 1 and half at priority 2, keep a model saturated
-from closed-loop clients (the load engine, tools/load). If the scheduler that holds the queue honours the priority,
+from closed-loop clients (the load driver, tools/load). If the scheduler that holds the queue honours the priority,
 priority-1 requests overtake and their latency stays far below priority 2's. Run it
 against `encoder` directly (the control: priority certainly applies there) and against
 `embed` (the ensemble: applies only if it is passed on). `--timeout-us` adds a queue
@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 
 from tools.contract import DEFAULT_HTTP_URL
-from tools.load.engine import Run, drive
+from tools.load.driver import Run, drive
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
 from tools.load.requests import RequestSettings, fetch_model_config, request_factory
@@ -30,7 +30,7 @@ A, B = "A", "B"
 
 
 def probe(url: str, model: str, threads: int, seconds: float, priorities: tuple[int, int], timeout_us: int) -> Run:
-    """Closed-loop clients on the load engine over HTTP; each request is class A or B (half each)."""
+    """Closed-loop clients on the load driver over HTTP; each request is class A or B (half each)."""
     config = fetch_model_config(url, model)  # texts or token ids: the served config says
     targets = {}
     for name, priority, timeout in ((A, priorities[0], None), (B, priorities[1], timeout_us or None)):

@@ -23,8 +23,9 @@ from loadtest.server_stats import PipelineCounters, format_deltas
 from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports, port_in_use
 from tools.serve.interrupts import raise_interrupted
-from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports, port_in_use
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
 from tools.triton_client import TritonClient
 
 log = logging.getLogger("loadtest")

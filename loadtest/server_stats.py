@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools.loadgen.report import format_ms
-from tools.observe.stats import ModelStats
 from tools.triton_client import TritonClient
+from tools.triton_client.stats import ModelStats
 
 MODELS = ("embed", "tokenizer", "encoder")
 

@@ -80,7 +80,7 @@ def traffic_of(name: str) -> str:
 
 
 def classify_failure(error: str) -> str:
-    """A locust failure's kind, as the load engine classifies the same message."""
+    """A locust failure's kind, as the load driver classifies the same message."""
     return FAILURE_KINDS.get(classify(error), "other")
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tools.paths import MODEL_REPOSITORY
+from tools.ports import free_ports
 from tools.repo.artifacts import missing_artifacts
-from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions
 
 TESTS_DIR = Path(__file__).resolve().parent
 # Test tiers by directory: tests/unit is the fast tier (`make test-unit`: no server, no export,
@@ -84,7 +85,7 @@ def client(request, triton):
 
 def start_gateway(triton_grpc_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None):
     """The OpenAI-compatible gateway as a real server process on a free port (gateway.process)."""
-    from gateway.process import GatewayProcess
+    from tools.serve.gateway_process import GatewayProcess
 
     (port,) = free_ports(1)
     return GatewayProcess(triton_grpc_url, port=port, extra_args=args, log_path=log_path, env=env).start()

@@ -36,7 +36,7 @@ DEFAULT_URLS = {"http": DEFAULT_HTTP_URL, "grpc": DEFAULT_GRPC_URL}
 
 
 def client_module(protocol: str, aio: bool = False):
-    """tritonclient's module for the protocol: blocking, or asyncio (`aio`, as the load engine uses)."""
+    """tritonclient's module for the protocol: blocking, or asyncio (`aio`, as the load driver uses)."""
     if protocol not in ("http", "grpc"):
         raise ValueError(f"unknown protocol {protocol!r}; use 'http' or 'grpc'")
     return importlib.import_module(f"tritonclient.{protocol}{'.aio' if aio else ''}")

@@ -5,4 +5,4 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 BUILD_DIR = REPO_ROOT / "build"
-BACKENDS_SOURCE = Path(__file__).resolve().parent / "serve" / "backends"
+BACKENDS_SOURCE = REPO_ROOT / "backends"  # code that runs inside Triton

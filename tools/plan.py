@@ -25,14 +25,14 @@ from pathlib import Path
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import has_priority_queues
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config
-from tools.simulate.load_engine import Traffic, parse_priority_mix
+from tools.simulate.live_load import Traffic, parse_priority_mix
 from tools.simulate.plots import plot_frontier
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Workload
-from tools.tune.space import Candidate, apply_candidate
 
 log = logging.getLogger("plan")
 

@@ -11,13 +11,12 @@ import pytest
 from tests.conftest import start_triton
 from tools.adapt import __main__ as adapt
 from tools.adapt.live import with_delay
-from tools.adapt.replay import Phase, phase_trace, replay
+from tools.adapt.replay import TracePhase, phase_trace, replay
 from tools.load.outcomes import OK
 from tools.load.requests import encoder_target
-from tools.serve.admin_key import headers_for
-from tools.serve.local_triton import ServerOptions
+from tools.loadgen.curve import encoder_batch, measure_curve
+from tools.serve.local_triton import ServerOptions, triton_client
 from tools.triton_client import TritonClient
-from tools.tune.curve import encoder_batch, measure_curve
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +34,7 @@ def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 
 
 def _set_delay(options: ServerOptions, delay_us: int) -> None:
-    client = TritonClient(options.http_url, headers_for(KEY))
+    client = triton_client(options.http_url, KEY)
     client.load("encoder", with_delay(client.config("encoder"), delay_us))
 
 
@@ -74,7 +73,7 @@ def light_rate(options: ServerOptions) -> float:
 
 def test_light_traffic_makes_the_controller_cut_a_long_delay_without_failing_a_request(explicit_triton, tmp_path) -> None:
     _set_delay(explicit_triton, START_DELAY_US)
-    arrivals = phase_trace([Phase("light", light_rate(explicit_triton), 20.0)], seed=3)
+    arrivals = phase_trace([TracePhase("light", light_rate(explicit_triton), 20.0)], seed=3)
     outcome: dict = {}
 
     def load() -> None:

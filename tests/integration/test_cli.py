@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import free_ports
+from tools.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

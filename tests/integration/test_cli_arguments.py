@@ -5,6 +5,7 @@ instead of starting a server."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -62,3 +63,16 @@ def test_rate_alone_is_accepted_by_tune_whose_default_is_a_concurrency_list() ->
     )
     assert done.returncode == 1, done.stderr
     assert "no ready Triton answers at http://127.0.0.1:1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_one_comma_list_parser_serves_argparse_and_the_code_below_it() -> None:
+    from tools.cli.arguments import ListError, number_list
+
+    assert number_list("1,4, 16", int) == [1, 4, 16] and number_list(None, float) == []
+    with pytest.raises(ValueError, match="--rate must be a comma-separated list of numbers, got 'x'"):
+        number_list("x", float, "--rate")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--delays-us", type=lambda t: number_list(t, int))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--delays-us", "1,two"])
+    assert issubclass(ListError, argparse.ArgumentTypeError)

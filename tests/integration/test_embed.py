@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tools.embed import EmbeddingClient
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

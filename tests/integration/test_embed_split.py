@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from tools.embed import EmbeddingClient
-from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
 from tools.serve.local_triton import ServerOptions
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

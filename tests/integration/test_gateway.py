@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import start_gateway, start_triton
-from tools.observe.stats import ModelStats
+from tools.ports import free_ports
 from tools.repo.policy_repository import copy_repository, set_queue_policy
-from tools.serve.local_triton import free_ports
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

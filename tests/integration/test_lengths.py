@@ -18,10 +18,9 @@ import tritonclient.grpc as grpcclient
 from tools.embed import EmbeddingClient
 from tools.load.requests import token_tensors
 from tools.observe.padding_waste import PaddingCounts
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import policy_configs
-from tools.triton_client import TritonClient
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +47,7 @@ class PolicyServer:
     """One explicit-control server whose padding policy the tests switch by live reloads."""
 
     def __init__(self, server) -> None:
-        self.options, self.headers, self.policy = server.options, server.admin_headers, ("committed", 0)
+        self.options, self.client, self.policy = server.options, server.client, ("committed", 0)
 
     def use(self, policy: str, join_delay_us: int = 0) -> None:
         """Load `policy`; with `join_delay_us`, the encoder runs one instance whose batcher
@@ -64,7 +63,7 @@ class PolicyServer:
             encoder.instance_group[0].count = 1
             del encoder.dynamic_batching.preferred_batch_size[:]
             encoder.dynamic_batching.max_queue_delay_microseconds = join_delay_us
-        control = TritonClient(self.options.http_url, self.headers)
+        control = self.client
         control.load("encoder", encoder)
         control.load("tokenizer", tokenizer)
         self.policy = (policy, join_delay_us)

@@ -14,9 +14,9 @@ import pytest
 
 from tools.loadgen import Measurement, Traffic, embed_target, encoder_target, run_load
 from tools.loadgen.measure import measure_capacity
-from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
 from tools.triton_client import TritonError
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

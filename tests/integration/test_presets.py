@@ -15,12 +15,13 @@ from tests.integration.test_cli import LineCollector
 from tests.integration.test_embed import MIN_COSINE, SENTENCES, cosine
 from tools.embed import EmbeddingClient
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig, has_priority_queues
 from tools.repo.presets import DEFAULT_PRESET, PRESETS, preset_configs, write_preset
 from tools.repo.variant import INTRA_OP_THREADS
-from tools.serve.local_triton import ServerOptions, free_ports
+from tools.serve.local_triton import ServerOptions
 from tools.triton_client import TritonClient
-from tools.tune.space import instance_count
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.test_cli import LineCollector
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import free_ports
+from tools.ports import free_ports
 from tools.serve.triton_console import EXPLANATION
 
 pytestmark = pytest.mark.integration

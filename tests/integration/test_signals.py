@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.test_cli import LineCollector
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import free_ports
+from tools.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

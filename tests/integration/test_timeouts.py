@@ -23,12 +23,12 @@ from tritonclient.utils import InferenceServerException
 
 from tools.embed import EmbeddingClient, client_module
 from tools.load.requests import token_tensors
-from tools.observe.stats import ModelStats
+from tools.loadgen.curve import encoder_batch, measure_curve
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.model_config import load_config
 from tools.serve.local_triton import ServerOptions
 from tools.triton_client import fetch_metrics, metric_total
-from tools.tune.curve import encoder_batch, measure_curve
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

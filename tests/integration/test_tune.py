@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.instances import core_budget
 from tools.repo.model_config import batching_problems, load_config
-from tools.tune.space import core_budget
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,11 @@ import pytest
 
 from tools.embed import EmbeddingClient
 from tools.observe.metrics_summary import metrics_by_model, read_server, summary_rows
-from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import ServerOptions, free_ports
+from tools.ports import free_ports
+from tools.serve.local_triton import ServerOptions
 from tools.triton_client import parse_metrics
+from tools.triton_client.stats import ModelStats
 
 
 def test_parser_reads_labels_and_failure_reasons() -> None:

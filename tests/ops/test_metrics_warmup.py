@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
 from tools.observe.metrics_summary import ModelMetrics, WarmUp, fetch_warmup, read_server, summary_rows, warmup_of, without_warmup
-from tools.observe.stats import ModelStats
 from tools.repo.model_config import parse_config
 from tools.serve.local_triton import ServerOptions
+from tools.triton_client.stats import ModelStats
 
 TWO_GROUPS = """
 name: "m"

@@ -21,8 +21,9 @@ import yaml
 from tests.conftest import start_triton
 from tests.ops.conftest import DOCKER_DIR, K8S_DIR, MONITORING_DIR, run, system_tool
 from tools.embed import EmbeddingClient
-from tools.serve.local_triton import ServerOptions, free_ports
-from tools.serve.process_group import wait_for_http_ok
+from tools.ports import free_ports
+from tools.serve.local_triton import ServerOptions
+from tools.triton_client.readiness import wait_for_http_ok
 
 PROMETHEUS_DIR = MONITORING_DIR / "prometheus"
 DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-dynamic-batching.json"

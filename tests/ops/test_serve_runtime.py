@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports
 from tools.serve.__main__ import build_parser, choose_runtime, refused_flags
 from tools.serve.docker_runtime import (
     GATEWAY_COMPOSE_FILE,
@@ -30,7 +31,7 @@ from tools.serve.docker_runtime import (
     compose_environment,
     compose_file_args,
 )
-from tools.serve.local_triton import ServerOptions, free_ports
+from tools.serve.local_triton import ServerOptions
 
 GPU_LINE = "GPU 0: NVIDIA L4 (UUID: GPU-0b1f)"
 NVIDIA_INFO = {
@@ -120,7 +121,8 @@ def test_local_asked_for_probes_nothing() -> None:
         (["--health-interval", "5"], "--health-interval"),
         (["--model-control-mode", "none"], "--model-control-mode"),
         (["--model-control-mode", "poll"], "--model-control-mode"),
-        (["--gateway-args", "--api-key-file keys"], "--gateway-args"),
+        (["--gateway-api-key-file", "keys"], "--gateway-api-key-file"),
+        (["--gateway-max-inputs", "8"], "--gateway-max-inputs"),
     ],
 )
 def test_docker_refuses_local_only_flags(flags: list[str], named: str) -> None:

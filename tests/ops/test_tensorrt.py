@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from export.tensorrt_engine import gpu_problems, parity_batches, profile_from_configs
+from export.tensorrt_plan import gpu_problems, parity_batches, profile_from_configs
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.model_config import load_config
 
@@ -46,7 +46,7 @@ def test_engine_builds_and_matches_onnx_runtime(tmp_path) -> None:
     problems = gpu_problems()
     if problems:
         pytest.skip("needs an NVIDIA GPU with tensorrt and polygraphy: " + "; ".join(problems))
-    from export.tensorrt_engine import export_tensorrt
+    from export.tensorrt_plan import export_tensorrt
 
     out = export_tensorrt(MODEL_REPOSITORY, "encoder", "tokenizer", out=tmp_path / "tensorrt_repository")
     assert (out / "encoder" / "1" / "model.plan").stat().st_size > 0

@@ -18,10 +18,10 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient, client_module, text_input
 from tools.load.requests import token_tensors
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.model_config import load_config
 from tools.serve.local_triton import ServerOptions
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

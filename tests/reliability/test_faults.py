@@ -18,13 +18,14 @@ from tritonclient.utils import InferenceServerException
 
 from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
-from tools.observe.stats import ModelStats
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.ports import free_ports
 from tools.repo.model_config import load_config
 from tools.repo.policy_repository import copy_repository
 from tools.serve.health_watch import HealthWatch, stub_processes
-from tools.serve.local_triton import TritonStartError, free_ports
+from tools.serve.local_triton import TritonStartError
 from tools.triton_client import TritonClient
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

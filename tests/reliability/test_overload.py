@@ -17,10 +17,10 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tools.embed import client_module
-from tools.observe.stats import ModelStats
 from tools.reliability.overload import OVERLOAD_FACTOR, overload_rate, run_overload
 from tools.serve.local_triton import LocalTriton
 from tools.triton_client import metric_total
+from tools.triton_client.stats import ModelStats
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from tools.adapt.control import DOWN, HOLD, UP, Controller, ControlSettings, Observation, next_delay, want
-from tools.adapt.observe import WindowCounters, busy_ns, observation
-from tools.observe.stats import ModelStats
+from tools.adapt.observe import WindowCounters, observation
+from tools.triton_client.stats import ModelStats
 
 SETTINGS = ControlSettings(p99_ms=100, min_interval_s=6.0, confirm_windows=2, step_up_us=2000, max_delay_us=10_000)
 
@@ -124,9 +124,14 @@ def test_settings_reject_an_empty_hysteresis_band() -> None:
 
 def _snapshot(at: float, requests: int, busy: int, executions: int = 10) -> WindowCounters:
     stats = ModelStats(
-        requests=requests, inferences=requests, executions=executions, queue_ns=requests * 1_000_000, compute_ns=requests * 10_000_000
+        requests=requests,
+        inferences=requests,
+        executions=executions,
+        queue_ns=requests * 1_000_000,
+        compute_ns=requests * 10_000_000,
+        busy_ns=busy,
     )
-    return WindowCounters(at, stats, busy)
+    return WindowCounters(at, stats)
 
 
 def test_observation_from_statistics_deltas() -> None:
@@ -153,7 +158,7 @@ def test_busy_time_sums_executions_not_requests() -> None:
             }
         ]
     }
-    assert busy_ns(document) == 1103
+    assert ModelStats.from_document(document).busy_ns == 1103
 
 
 def test_an_idle_window_lowers_the_delay_down_to_the_floor_and_then_holds() -> None:

@@ -8,9 +8,9 @@ from tools.bench.__main__ import Group, measure_groups, model_analyzer_pick, par
 from tools.bench.render import LevelComparison, compare_levels, verdict_line
 from tools.loadgen import Traffic
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.instances import core_budget
 from tools.repo.model_config import ModelConfig, batching_problems, has_priority_queues, load_config
 from tools.repo.presets import PRESETS, preset_configs
-from tools.tune.space import core_budget
 
 
 def test_model_analyzer_pick_is_the_default_batcher_on_one_instance_held_to_batches_of_8() -> None:

@@ -14,7 +14,7 @@ import pytest
 from tools import embed
 from tools.embed import EmbeddingClient, collect_texts
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import free_ports
+from tools.ports import free_ports
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -1,4 +1,4 @@
-"""The load engine against a fake sender (no server): schedules, concurrency, phases, mixes,
+"""The load driver against a fake sender (no server): schedules, concurrency, phases, mixes,
 timeouts, and the statistics of its records. Nothing depends on the machine's speed: the
 fake sender answers when the test lets it, and counts are checked against seeded schedules."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.unit import fake_tritonclient
-from tools.load import ClosedLoop, Constant, LoadEngine, Phase, Poisson, Prepared, Request, RequestMix, Results, Trace, arrivals, drive
+from tools.load import ClosedLoop, Constant, LoadDriver, Phase, Poisson, Prepared, Request, RequestMix, Results, Trace, arrivals, drive
 from tools.load.outcomes import CLIENT_TIMEOUT, ERROR, OK, REJECTED, TIMEOUT, UNAVAILABLE, classify
 from tools.load.results import LatencySummary, percentile
 from tools.load.schedules import Bursty
@@ -202,7 +202,7 @@ def test_failures_are_classified_and_recorded_with_their_message() -> None:
 def test_the_engine_stops_when_asked_and_every_request_sent_has_a_record() -> None:
     async def main():
         sender = FakeSender()
-        engine = LoadEngine(sender, [Phase(ClosedLoop(2), 60.0)])
+        engine = LoadDriver(sender, [Phase(ClosedLoop(2), 60.0)])
         stop = asyncio.Event()
         task = asyncio.create_task(engine.run(stop))
         await engine.ready.wait()

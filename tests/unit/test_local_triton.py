@@ -6,15 +6,8 @@ import socket
 
 import pytest
 
-from tools.serve.local_triton import (
-    LocalTriton,
-    ServerOptions,
-    TritonInstallation,
-    TritonStartError,
-    build_command,
-    free_ports,
-    port_in_use,
-)
+from tools.ports import free_ports, port_in_use
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonInstallation, TritonStartError, build_command
 
 
 def test_a_listening_port_is_reported_in_use() -> None:

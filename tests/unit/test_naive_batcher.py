@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.bench.engine import NaiveBatcher
+from tools.bench.in_process import NaiveBatcher
 
 WAIT_S = 60.0
 

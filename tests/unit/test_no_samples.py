@@ -10,19 +10,19 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from tools.adapt.replay import Phase, window_figures
+from tools.adapt.replay import TracePhase, slo_window_figures
 from tools.adapt.report import best_static, phase_summary, render_markdown, verdict
 from tools.bench.render import render_markdown as render_bench
-from tools.load.engine import Record
+from tools.load.driver import Record
 from tools.load.results import ClassResult, LatencySummary, Results
 from tools.loadgen.report import LoadResult, ServerWindow
-from tools.observe.stats import ModelStats
 from tools.reliability.overload import LevelRow, OverloadResult, markdown_table
 from tools.reliability.soak import SoakReport, Window
+from tools.repo.candidate import Candidate
+from tools.triton_client.stats import ModelStats
 from tools.tune.objectives import score
 from tools.tune.report import write_trials
 from tools.tune.session import Trial
-from tools.tune.space import Candidate
 
 FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")
 
@@ -137,13 +137,13 @@ def records(entries: list[tuple[float, float, str]]) -> list[Record]:
 
 
 def test_a_replay_window_with_nothing_sent_or_answered_has_no_figures() -> None:
-    idle = window_figures(records([]), 0.0, 5.0, slo_ms=100)
+    idle = slo_window_figures(records([]), 0.0, 5.0, slo_ms=100)
     assert idle.sent == 0 and idle.attainment is None and idle.mean_ms is None and idle.p99_ms is None
-    failed = window_figures(records([(1.0, 0.002, "rejected")]), 0.0, 5.0, slo_ms=100)
+    failed = slo_window_figures(records([(1.0, 0.002, "rejected")]), 0.0, 5.0, slo_ms=100)
     assert failed.attainment == 0.0 and failed.mean_ms is None and failed.p99_ms is None
 
 
-PHASES = [Phase("low", 10, 5.0), Phase("peak", 40, 5.0)]
+PHASES = [TracePhase("low", 10, 5.0), TracePhase("peak", 40, 5.0)]
 
 
 def run_of(label: str, entries: list[tuple[float, float, str]]) -> dict:
@@ -151,7 +151,7 @@ def run_of(label: str, entries: list[tuple[float, float, str]]) -> dict:
     return {
         "label": label,
         "phases": phase_summary(log, PHASES, slo_ms=100),
-        "windows": [asdict(window_figures(log, a, a + 5.0, 100)) for a in (0.0, 5.0)],
+        "windows": [asdict(slo_window_figures(log, a, a + 5.0, 100)) for a in (0.0, 5.0)],
     }
 
 

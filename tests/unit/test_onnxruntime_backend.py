@@ -1,4 +1,4 @@
-"""The local ONNX Runtime backend's execute() (tools/serve/backends/onnxruntime/model.py) against a
+"""The local ONNX Runtime backend's execute() (backends/onnxruntime/model.py) against a
 fake of Triton's Python-backend module.
 
 The behaviour is checked on a tiny ONNX graph built here with the encoder's structure
@@ -21,7 +21,7 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import policy_configs, set_encoder_policy
 from tools.repo.model_config import load_config, to_override_json
 
-BACKEND = REPO_ROOT / "tools" / "serve" / "backends" / "onnxruntime" / "model.py"
+BACKEND = REPO_ROOT / "backends" / "onnxruntime" / "model.py"
 VOCABULARY, POSITIONS, WIDTH = 50, 12, 4
 rng = np.random.default_rng(0)
 WORDS = rng.normal(size=(VOCABULARY, WIDTH)).astype(np.float32)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tools.paths import MODEL_REPOSITORY
+from tools.repo.instances import core_budget, instance_count
 from tools.repo.model_config import CONFIG_NAME, ModelConfig, batching_problems, has_priority_queues, load_config
 from tools.repo.presets import DEFAULT_PRESET, PRESETS, PresetError, preset_configs, preset_named, repository_for, run, write_preset
 from tools.repo.variant import INTRA_OP_THREADS
-from tools.tune.space import core_budget, instance_count
 
 BATCHING_MODELS = ("tokenizer", "encoder")
 # What a preset may change: the batcher (delay, preferred sizes, priority levels, queue

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.serve.backends.onnxruntime.ragged import CostModel, CostTracker, SplitExecution, calibrate, plan_runs, row_lengths
+from backends.onnxruntime.ragged import CostTracker, RunCostModel, SplitExecution, calibrate_run_cost, plan_runs, row_lengths
 
 # 10 units per run, 1 unit per token: small numbers that make the hand-computed costs readable.
-UNIT = CostModel(per_run_s=10.0, per_token_s=1.0)
+UNIT = RunCostModel(per_run_s=10.0, per_token_s=1.0)
 
 
 def test_two_queries_and_two_passages_split_into_a_short_and_a_long_run() -> None:
@@ -27,17 +27,17 @@ def test_rows_of_close_lengths_stay_in_one_run_when_a_split_costs_more_than_the_
 
 
 def test_a_large_per_run_cost_keeps_everything_in_one_run() -> None:
-    gpu_like = CostModel(per_run_s=1000.0, per_token_s=1.0)
+    gpu_like = RunCostModel(per_run_s=1000.0, per_token_s=1.0)
     # together: 1000 + 2 * 100 = 1200; apart: 1002 + 1100 = 2102
     assert plan_runs([2, 100], gpu_like) == [[0, 1]]
 
 
 def test_the_quadratic_term_prices_long_rows_higher() -> None:
     # linear, per run 30: together 30 + 2 * 40 = 110, apart (30 + 20) + (30 + 40) = 120 -> together
-    assert plan_runs([20, 40], CostModel(30.0, 1.0)) == [[0, 1]]
+    assert plan_runs([20, 40], RunCostModel(30.0, 1.0)) == [[0, 1]]
     # plus 0.05 per token pair: together 30 + 2 * 40 * (1 + 2) = 270,
     # apart (30 + 20 * (1 + 1)) + (30 + 40 * (1 + 2)) = 70 + 150 = 220 -> apart
-    assert plan_runs([20, 40], CostModel(30.0, 1.0, 0.05)) == [[0], [1]]
+    assert plan_runs([20, 40], RunCostModel(30.0, 1.0, 0.05)) == [[0], [1]]
 
 
 def test_equal_costs_prefer_fewer_runs() -> None:
@@ -61,19 +61,19 @@ def test_row_lengths_are_one_past_the_last_attended_position() -> None:
 
 
 def test_fit_recovers_known_terms_and_never_goes_negative() -> None:
-    truth = CostModel(0.002, 0.0002, 2e-7)
+    truth = RunCostModel(0.002, 0.0002, 2e-7)
     samples = [(rows, length, truth.cost(rows, length)) for rows, length in ((1, 16), (8, 16), (1, 128), (4, 128), (1, 256))]
-    fitted = CostModel.fit(samples)
+    fitted = RunCostModel.fit(samples)
     assert fitted.per_run_s == pytest.approx(truth.per_run_s, rel=1e-6)
     assert fitted.per_token_s == pytest.approx(truth.per_token_s, rel=1e-6)
     assert fitted.per_token_pair_s == pytest.approx(truth.per_token_pair_s, rel=1e-6)
     # long rows measured faster per token than short ones (noise): no negative attention term
     noisy = [(1, 16, 0.004), (8, 16, 0.02), (1, 128, 0.02), (4, 128, 0.07), (1, 256, 0.03)]
-    assert min(CostModel.fit(noisy).per_token_pair_s, CostModel.fit(noisy).per_run_s) >= 0
+    assert min(RunCostModel.fit(noisy).per_token_pair_s, RunCostModel.fit(noisy).per_run_s) >= 0
 
 
 def test_calibrate_interleaves_the_shapes_and_keeps_each_ones_fastest_round() -> None:
-    truth = CostModel(0.001, 0.0001)
+    truth = RunCostModel(0.001, 0.0001)
     clock_now = [0.0]
     calls = []
 
@@ -83,15 +83,15 @@ def test_calibrate_interleaves_the_shapes_and_keeps_each_ones_fastest_round() ->
         clock_now[0] += truth.cost(rows, length) * (5.0 if disturbed else 1.0)
 
     shapes = ((1, 16), (8, 16), (1, 128))
-    fitted, samples = calibrate(run, shapes=shapes, rounds=3, clock=lambda: clock_now[0])
+    fitted, samples = calibrate_run_cost(run, shapes=shapes, rounds=3, clock=lambda: clock_now[0])
     assert calls == [*shapes, *shapes * 3]  # one untimed run each, then round after round
     assert [s[2] for s in samples] == pytest.approx([truth.cost(r, n) for r, n, _ in samples])
     assert fitted.per_token_s == pytest.approx(truth.per_token_s, rel=1e-6)
 
 
 def test_the_tracker_corrects_a_bad_calibration_from_served_runs() -> None:
-    truth = CostModel(0.0015, 0.00018)
-    tracker = CostTracker(CostModel(0.03, 0.00005), refit_every=64)  # a busy-machine calibration: joins everything
+    truth = RunCostModel(0.0015, 0.00018)
+    tracker = CostTracker(RunCostModel(0.03, 0.00005), refit_every=64)  # a busy-machine calibration: joins everything
     rng = np.random.default_rng(0)
     refits = 0
     for index in range(256):
@@ -104,7 +104,7 @@ def test_the_tracker_corrects_a_bad_calibration_from_served_runs() -> None:
 
 
 def test_a_pinned_curve_is_never_refitted() -> None:
-    pinned = CostModel(0.03, 0.00005)
+    pinned = RunCostModel(0.03, 0.00005)
     tracker = CostTracker(pinned, adaptive=False)
     for _ in range(200):
         tracker.observe(4, 100, 1.0)
@@ -112,18 +112,18 @@ def test_a_pinned_curve_is_never_refitted() -> None:
 
 
 def test_runs_of_one_shape_cannot_tell_per_run_from_per_token_cost() -> None:
-    start = CostModel(0.001, 0.0001)
+    start = RunCostModel(0.001, 0.0001)
     tracker = CostTracker(start, refit_every=8, min_samples=8)
     assert not any(tracker.observe(4, 64, 0.05) for _ in range(64))
     assert tracker.model == start
 
 
 def test_cost_parameters_come_from_the_config_or_are_left_to_calibration() -> None:
-    assert CostModel.from_parameters({}) is None
-    pinned = CostModel.from_parameters({"split_cost_per_run_us": "1500", "split_cost_per_token_us": "0.2"})
-    assert pinned == CostModel(0.0015, 2e-7)
+    assert RunCostModel.from_parameters({}) is None
+    pinned = RunCostModel.from_parameters({"split_cost_per_run_us": "1500", "split_cost_per_token_us": "0.2"})
+    assert pinned == RunCostModel(0.0015, 2e-7)
     with pytest.raises(ValueError, match="both"):
-        CostModel.from_parameters({"split_cost_per_run_us": "1500"})
+        RunCostModel.from_parameters({"split_cost_per_run_us": "1500"})
 
 
 def _request(lengths: list[int], width: int, first_id: int) -> dict[str, np.ndarray]:

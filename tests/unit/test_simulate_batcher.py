@@ -10,8 +10,8 @@ import pytest
 
 from tools.simulate.batcher import DELAY, REJECT, BatcherSpec, QueuePolicy
 from tools.simulate.cost_model import CostModel, Grid, Overheads, Stall, StepCost
-from tools.simulate.engine import OK, REJECTED, TIMEOUT, Request, Simulation, split_cost
-from tools.simulate.load_engine import Traffic
+from tools.simulate.discrete_event import OK, REJECTED, TIMEOUT, SimRequest, Simulation, split_cost
+from tools.simulate.live_load import Traffic
 from tools.simulate.predict import predict
 from tools.simulate.workload import Lengths, Workload
 
@@ -26,7 +26,7 @@ def constant_cost(release_gap_ms: float = 0.0) -> CostModel:
 def run(spec: BatcherSpec, arrivals: list[tuple[float, int, int]], release_gap_ms: float = 0.0, timeout_us: int | None = None):
     """arrivals: (time ms, priority, tokens). Returns (executions as (start, [request indices])), requests)."""
     sim = Simulation(constant_cost(release_gap_ms), [("encoder", spec)], stall=False)
-    requests = [Request(i, at, priority, tokens, timeout_us) for i, (at, priority, tokens) in enumerate(arrivals)]
+    requests = [SimRequest(i, at, priority, tokens, timeout_us) for i, (at, priority, tokens) in enumerate(arrivals)]
     started: list[tuple[float, list[int]]] = []
     original = sim.start
 
@@ -125,15 +125,15 @@ def test_priority_stall_holds_a_request_that_arrives_during_the_release():
     # before the instance is released (1 ms gap): it waits for the 500 ms idle wait.
     spec = BatcherSpec(max_batch_size=4, priority_levels=2, default_level=2, priority_queues=True)
     sim = Simulation(constant_cost(release_gap_ms=1.0), [("encoder", spec)], stall=None)
-    first, second = Request(0, 0.0), Request(1, 10.5)
+    first, second = SimRequest(0, 0.0), SimRequest(1, 10.5)
     for r in (first, second):
         sim.push(r.sent, sim.arrive, r)
     sim.run()
     assert first.done == 10
     assert second.done == pytest.approx(500 + EXECUTION_MS)  # the batcher slept from t=0 (idle) for 500 ms
     sim_off = Simulation(constant_cost(release_gap_ms=1.0), [("encoder", spec)], stall=False)
-    again = Request(1, 10.5)
-    sim_off.push(0.0, sim_off.arrive, Request(0, 0.0))
+    again = SimRequest(1, 10.5)
+    sim_off.push(0.0, sim_off.arrive, SimRequest(0, 0.0))
     sim_off.push(10.5, sim_off.arrive, again)
     sim_off.run()
     assert again.done == pytest.approx(11 + EXECUTION_MS)
@@ -194,7 +194,7 @@ def test_ragged_split_answers_the_short_run_first():
     cost = CostModel({"encoder": StepCost({1: grid})}, Overheads(0.0, 0.0, 0.0, 0.0), [0.0], Stall(500.0, 0.0))
     spec = BatcherSpec(max_batch_size=8, delay_us=1_000, ragged=True, ragged_split=True)
     sim = Simulation(cost, [("encoder", spec)], stall=False)
-    long, short = Request(0, 0.0, tokens=100), Request(1, 0.5, tokens=10)
+    long, short = SimRequest(0, 0.0, tokens=100), SimRequest(1, 0.5, tokens=10)
     for r in (long, short):
         sim.push(r.sent, sim.arrive, r)
     sim.run()

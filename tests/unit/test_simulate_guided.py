@@ -1,4 +1,4 @@
-"""Model-guided tuning's simulation side (tools/simulate/guided.py) on hand-written cost
+"""Model-guided tuning's simulation side (tools/tune/guided.py) on hand-written cost
 models: which candidates it ranks first, what it sends to be measured, and bad input."""
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.candidate import Candidate
 from tools.repo.model_config import load_config, without_priority_queues
-from tools.simulate import guided
 from tools.simulate.cost_model import CostModel, CostModelError, Grid, StepCost
-from tools.simulate.load_engine import Traffic
+from tools.simulate.live_load import Traffic
 from tools.simulate.predict import Prediction
 from tools.simulate.workload import Lengths
+from tools.tune import guided
 from tools.tune.objectives import Score
-from tools.tune.space import Candidate, SearchSpace
+from tools.tune.space import SearchSpace
 from tools.tune.strategies import Listed
 
 GPU = CostModel.load(REPO_ROOT / "tools" / "simulate" / "cost_models" / "synthetic-gpu.json")

@@ -1,15 +1,15 @@
-"""Simulated traffic is the load engine's traffic: same arrival schedules, same text lengths."""
+"""Simulated traffic is the load driver's traffic: same arrival schedules, same text lengths."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tools.simulate.load_engine import LengthMix, MixedTexts, Phase, Traffic, arrivals, sample_lengths
+from tools.simulate.live_load import LengthMix, MixedTexts, Phase, Traffic, arrivals, sample_lengths
 from tools.simulate.workload import Lengths, Workload
 
 
-def test_open_loop_arrivals_are_the_load_engines_schedule():
+def test_open_loop_arrivals_are_the_load_drivers_schedule():
     traffic = Traffic(rate=50.0, seed=3)
     simulated = Workload(traffic, requests=200).arrivals_ms()
     assert len(simulated) == 200
@@ -27,13 +27,13 @@ def test_bursty_traffic_sends_faster_in_its_burst_half():
     assert in_burst == pytest.approx(100 / 110, abs=0.05)
 
 
-def test_mixed_lengths_are_drawn_as_the_load_engine_draws_its_texts():
+def test_mixed_lengths_are_drawn_as_the_load_driver_draws_its_texts():
     texts = MixedTexts(LengthMix(), seed=0, nonce=0)
     expected = [texts.request(i).tokens for i in range(50)]
     assert Lengths("mixed").tokens(50).tolist() == expected
 
 
-def test_sample_lengths_cycle_in_the_load_engines_order():
+def test_sample_lengths_cycle_in_the_load_drivers_order():
     assert Lengths("samples").tokens(10).tolist() == [*sample_lengths(), *sample_lengths()][:10]
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.observe.stats import ModelStats
 from tools.triton_client import TritonClient
+from tools.triton_client.stats import ModelStats
 
 
 def document(success: int, batches: dict[int, int]) -> dict:

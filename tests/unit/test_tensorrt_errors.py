@@ -11,7 +11,7 @@ import types
 import numpy as np
 import pytest
 
-import export.tensorrt_engine as engine
+import export.tensorrt_plan as engine
 from export.cli import run
 from export.errors import ExportError, ParityError
 from tools.paths import MODEL_REPOSITORY

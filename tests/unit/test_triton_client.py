@@ -17,8 +17,8 @@ from google.protobuf import json_format
 
 from tools.observe.metrics_summary import metrics_by_model
 from tools.observe.padding_waste import PaddingCounts
+from tools.ports import free_ports
 from tools.repo.model_config import ModelConfig, config_from_dict
-from tools.serve.local_triton import free_ports
 from tools.triton_client import TritonClient, TritonError, metric_total, parse_metrics
 
 CAPTURED = (Path(__file__).parent / "data" / "triton_metrics.txt").read_text()  # Triton 2.51 after 3 embed requests

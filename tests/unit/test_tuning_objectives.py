@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from tools.loadgen.report import ClassResult, LatencySummary, LoadResult
+from tools.repo.candidate import Candidate
 from tools.tune.objectives import score
 from tools.tune.session import Checkpoint, Trial, Tuner
-from tools.tune.space import Candidate, SearchSpace
+from tools.tune.space import SearchSpace
 from tools.tune.strategies import GridSearch
 
 

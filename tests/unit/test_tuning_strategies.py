@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tools.repo.candidate import Candidate, apply_candidate, candidate_of
+from tools.repo.instances import core_budget, machine_cores, with_instances
 from tools.tune.objectives import Score
-from tools.tune.space import (
-    Candidate,
-    SearchSpace,
-    apply_candidate,
-    candidate_of,
-    core_budget,
-    machine_cores,
-    preferred_options,
-    with_instances,
-)
+from tools.tune.space import SearchSpace, preferred_options
 from tools.tune.strategies import GridSearch, HillClimb
 
 

@@ -30,10 +30,10 @@ from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.cli.settings import settings_from
 from tools.contract import GRPC_PORT
 from tools.load.requests import TOKEN_IDS, input_kind
+from tools.loadgen.curve import encoder_batch, measure_curve
 from tools.repo.model_config import ModelConfig
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.server_session import triton_endpoints
-from tools.tune.curve import encoder_batch, measure_curve
 
 log = logging.getLogger("adapt")
 

@@ -25,20 +25,21 @@ from pathlib import Path
 from tools.adapt.control import Controller, ControlSettings
 from tools.adapt.live import LiveController, with_delay
 from tools.adapt.reload_cost import measure_reload_cost
-from tools.adapt.replay import Phase, phase_trace, replay, windows
+from tools.adapt.replay import TracePhase, phase_trace, replay, windows
 from tools.adapt.report import phase_summary, render_markdown
+from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.cli.settings import settings_from
-from tools.load.engine import Run
+from tools.load.driver import Run
 from tools.load.requests import RequestSettings, request_factory
-from tools.loadgen.cli_args import number_list
+from tools.loadgen.curve import CurvePoint, encoder_batch, measure_curve
 from tools.paths import REPO_ROOT
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig, has_priority_queues, without_priority_queues
 from tools.serve.admin_key import add_admin_key_arguments, resolve_admin_key
 from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonError
-from tools.tune.curve import CurvePoint, encoder_batch, measure_curve
 
 log = logging.getLogger("bench-adapt")
 
@@ -138,12 +139,12 @@ class Capacity:
     gain: float  # best rows/s over batch-1 rows/s
 
 
-def measure_capacity(http_url: str, base: ModelConfig, seq_len: int) -> Capacity:
+def measure_batch_capacity(http_url: str, base: ModelConfig, seq_len: int) -> Capacity:
     # batch 1 twice (first and last): the first executions after a start run cold
     curve = measure_curve(http_url, "encoder", encoder_batch(seq_len), [1, 4, 8, 1], repeats=4)
     per_instance = max(p.rows_per_s for p in curve if p.batch_size == 1)
     # the curve runs one request at a time, on one instance; the others serve in parallel
-    instances = sum(group.count or 1 for group in base.instance_group) or 1
+    instances = instance_count(base)
     return Capacity(curve, per_instance * instances, instances, max(p.rows_per_s for p in curve) / per_instance)
 
 
@@ -161,9 +162,9 @@ def evaluate(settings: EvaluateSettings) -> int:
         target = request_factory(served, RequestSettings(seq_len=settings.seq_len))  # token ids: the served config says
         base = served if settings.keep_priority_queues else without_priority_queues(served)
         committed = base.dynamic_batching.max_queue_delay_microseconds
-        capacity = measure_capacity(endpoints.http_url, base, settings.seq_len)
+        capacity = measure_batch_capacity(endpoints.http_url, base, settings.seq_len)
         rates = phase_rates(settings, capacity)
-        phases = [Phase(name, rates[name], settings.phase_s) for name in settings.pattern]
+        phases = [TracePhase(name, rates[name], settings.phase_s) for name in settings.pattern]
         arrivals = phase_trace(phases)
         log.info(
             "capacity %.0f rows/s at batch 1 (%d instance(s)), gain %.2fx; trace %s, %d arrivals over %g s",
@@ -178,7 +179,7 @@ def evaluate(settings: EvaluateSettings) -> int:
         (settings.report_dir / "trace.txt").write_text("\n".join(f"{t:.6f}" for t in arrivals) + "\n")
 
         log.info("reload cost: steady %g req/s, 3 reloads", rates["low"])
-        steady = phase_trace([Phase("steady", rates["low"], 16.0)], seed=7)
+        steady = phase_trace([TracePhase("steady", rates["low"], 16.0)], seed=7)
 
         def reload(delay: int) -> None:
             endpoints.client.load("encoder", with_delay(base, delay))
@@ -233,7 +234,7 @@ def evaluate(settings: EvaluateSettings) -> int:
     return 1 if any(not r.ok for r in live.reloads) else 0  # shed requests under overload are results, not errors
 
 
-def run_document(run: Run, label: str, phases: list[Phase], settings: EvaluateSettings) -> dict:
+def run_document(run: Run, label: str, phases: list[TracePhase], settings: EvaluateSettings) -> dict:
     total = sum(p.seconds for p in phases)
     return {
         "label": label,

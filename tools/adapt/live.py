@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 from tools.adapt.control import Controller, Decision
 from tools.adapt.observe import observation, take_window_counters
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig, batching_problems
 from tools.triton_client import TritonClient, TritonError
 
@@ -62,7 +63,7 @@ class LiveController:
     ) -> None:
         self.client, self.model, self.base, self.controller = client, model, base, controller
         self.window_s, self.dry_run = window_s, dry_run
-        self.instances = sum(group.count or 1 for group in base.instance_group) or 1
+        self.instances = instance_count(base)
         self.reload = reload or (lambda config: client.load(model, config))
         self.decisions: list[Decision] = []
         self.reloads: list[ReloadRecord] = []

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tools.adapt.replay import replay
-from tools.load.engine import Record
+from tools.load.driver import Record
 from tools.load.outcomes import OK
 from tools.load.requests import Target
 from tools.load.results import LatencySummary

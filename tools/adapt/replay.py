@@ -1,4 +1,4 @@
-"""Replay one open-loop arrival trace on the load engine and window its records afterwards.
+"""Replay one open-loop arrival trace on the load driver and window its records afterwards.
 
 Comparing configs on a trace that changes needs the raw per-request records (the engine's
 `Run`), cut by the trace's own clock into windows and phases after the run.
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.load import engine, schedules
-from tools.load.engine import Record, Run
+from tools.load import driver, schedules
+from tools.load.driver import Record, Run
 from tools.load.outcomes import OK
 from tools.load.requests import Target
 from tools.load.results import Results
@@ -20,31 +20,31 @@ from tools.load.triton import TritonSender
 
 
 @dataclass(frozen=True)
-class Phase:
+class TracePhase:
     """A named stretch of Poisson arrivals ('low', 'peak') of the adaptive benchmark's trace."""
 
     name: str
     rate: float
     seconds: float
 
-    def engine_phase(self) -> schedules.Phase:
+    def schedule_phase(self) -> schedules.Phase:
         return schedules.Phase(schedules.Poisson(self.rate), self.seconds, self.name)
 
 
-def phase_trace(phases: Sequence[Phase], seed: int = 0) -> np.ndarray:
+def phase_trace(phases: Sequence[TracePhase], seed: int = 0) -> np.ndarray:
     """Poisson arrivals whose rate steps through the phases (a compressed day with bursts)."""
-    return schedules.arrivals([phase.engine_phase() for phase in phases], seed)
+    return schedules.arrivals([phase.schedule_phase() for phase in phases], seed)
 
 
-def phase_of(phases: Sequence[Phase], t: float) -> int:
-    return schedules.phase_index([phase.engine_phase() for phase in phases], t)
+def phase_of(phases: Sequence[TracePhase], t: float) -> int:
+    return schedules.phase_index([phase.schedule_phase() for phase in phases], t)
 
 
 def replay(target: Target, arrivals: np.ndarray, url: str, protocol: str = "grpc") -> Run:
     """Send every arrival at its offset (blocking) and return the per-request records."""
     trace = schedules.Trace(tuple(float(t) for t in arrivals), cycle=False)
     phase = schedules.Phase(trace, float(arrivals[-1]) + 1e-6 if len(arrivals) else 1e-6)
-    return engine.drive(TritonSender(url, target, protocol), [phase])
+    return driver.drive(TritonSender(url, target, protocol), [phase])
 
 
 def slo_figures(records: Sequence[Record], seconds: float, slo_ms: float) -> dict:
@@ -75,11 +75,11 @@ class WindowFigures:
     p99_ms: float | None
 
 
-def window_figures(records: Sequence[Record], start: float, end: float, slo_ms: float) -> WindowFigures:
+def slo_window_figures(records: Sequence[Record], start: float, end: float, slo_ms: float) -> WindowFigures:
     chosen = [r for r in records if start <= r.sent_s < end]
     return WindowFigures(start, **slo_figures(chosen, end - start, slo_ms))
 
 
 def windows(records: Sequence[Record], total_s: float, window_s: float, slo_ms: float) -> list[WindowFigures]:
     edges = np.arange(0.0, total_s, window_s)
-    return [window_figures(records, float(a), float(min(a + window_s, total_s)), slo_ms) for a in edges]
+    return [slo_window_figures(records, float(a), float(min(a + window_s, total_s)), slo_ms) for a in edges]

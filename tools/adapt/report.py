@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tools.adapt.replay import Phase, phase_of, slo_figures
-from tools.load.engine import Record
+from tools.adapt.replay import TracePhase, phase_of, slo_figures
+from tools.load.driver import Record
 from tools.load.results import format_ms
 
 
@@ -17,7 +17,7 @@ def _difference(later: float | None, earlier: float | None, scale: float = 1.0) 
     return None if later is None or earlier is None else (later - earlier) * scale
 
 
-def phase_summary(records: Sequence[Record], phases: Sequence[Phase], slo_ms: float) -> dict[str, dict]:
+def phase_summary(records: Sequence[Record], phases: Sequence[TracePhase], slo_ms: float) -> dict[str, dict]:
     """Per phase kind ('low', 'peak', ...: all phases of that name together) and 'all'."""
     summary = {}
     for name in dict.fromkeys(p.name for p in phases):

@@ -25,20 +25,20 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
-from tools.bench.engine import NaiveBatcher, drive_naive, open_session, raw_curve
-from tools.bench.machine import cpu_description
+from tools.bench.in_process import NaiveBatcher, drive_naive, open_session, raw_curve
 from tools.bench.render import render_markdown
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, embed_target, encoder_target, run_load
 from tools.loadgen.report import format_ms
+from tools.machine import cpu_description
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.artifacts import ensemble_batch_floor
+from tools.repo.instances import core_budget, with_instances
 from tools.repo.model_config import ModelConfig, load_config
 from tools.repo.presets import PRESETS, PresetError, preset_configs
 from tools.serve.local_triton import TritonStartError
 from tools.serve.server_session import triton_endpoints
 from tools.triton_client import TritonError
-from tools.tune.space import core_budget, with_instances
 
 log = logging.getLogger("bench")
 

@@ -30,18 +30,19 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from gateway.process import GatewayProcess
-from tools.bench.machine import cpu_description
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.load.engine import Prepared, drive
+from tools.load.driver import Prepared, drive
 from tools.load.mix import Request
 from tools.load.outcomes import OK
 from tools.load.requests import SAMPLE_TEXTS
 from tools.load.schedules import ClosedLoop, Phase
+from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, REPO_ROOT
-from tools.serve.local_triton import free_ports
-from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.ports import free_ports
+from tools.serve.gateway_process import GatewayProcess
+from tools.serve.process_group import stop_process_group
 from tools.serve.server_session import triton_endpoints
+from tools.triton_client.readiness import wait_for_http_ok
 
 log = logging.getLogger("bench.gateway")
 
@@ -50,7 +51,7 @@ INFINITY_VERSION = "0.0.78"
 
 
 @dataclass(frozen=True)
-class Target:
+class EmbeddingEndpoint:
     name: str
     url: str
     body: Callable[[list[str]], dict]
@@ -65,11 +66,11 @@ def openai_vectors(answer: dict) -> np.ndarray:
     return np.array([item["embedding"] for item in sorted(answer["data"], key=lambda item: item["index"])], dtype=np.float32)
 
 
-def gateway_target(base: str) -> Target:
-    return Target("gateway (OpenAI API -> gRPC)", f"{base}/v1/embeddings", openai_body, openai_vectors)
+def gateway_target(base: str) -> EmbeddingEndpoint:
+    return EmbeddingEndpoint("gateway (OpenAI API -> gRPC)", f"{base}/v1/embeddings", openai_body, openai_vectors)
 
 
-def triton_target(http_url: str) -> Target:
+def triton_target(http_url: str) -> EmbeddingEndpoint:
     def body(texts: list[str]) -> dict:
         return {"inputs": [{"name": "TEXT", "shape": [len(texts), 1], "datatype": "BYTES", "data": texts}]}
 
@@ -77,11 +78,11 @@ def triton_target(http_url: str) -> Target:
         output = answer["outputs"][0]
         return np.array(output["data"], dtype=np.float32).reshape(output["shape"])
 
-    return Target("Triton HTTP/JSON", f"http://{http_url}/v2/models/embed/infer", body, vectors)
+    return EmbeddingEndpoint("Triton HTTP/JSON", f"http://{http_url}/v2/models/embed/infer", body, vectors)
 
 
-def infinity_target(base: str) -> Target:
-    return Target(f"infinity-emb {INFINITY_VERSION}", f"{base}/embeddings", openai_body, openai_vectors)
+def infinity_target(base: str) -> EmbeddingEndpoint:
+    return EmbeddingEndpoint(f"infinity-emb {INFINITY_VERSION}", f"{base}/embeddings", openai_body, openai_vectors)
 
 
 @dataclass
@@ -113,12 +114,12 @@ class Texts:
         return texts
 
 
-async def fetch_vectors(target: Target, texts: list[str]) -> np.ndarray:
+async def fetch_vectors(target: EmbeddingEndpoint, texts: list[str]) -> np.ndarray:
     async with aiohttp.ClientSession() as session, session.post(target.url, json=target.body(texts)) as response:
         return target.vectors(await response.json(content_type=None))
 
 
-def parity(targets: list[Target]) -> dict[str, float]:
+def parity(targets: list[EmbeddingEndpoint]) -> dict[str, float]:
     """Min cosine of each target's embeddings to the first target's, on the sample texts:
     a comparison of speed only means something between servers that compute the same thing."""
     texts = list(SAMPLE_TEXTS)
@@ -137,10 +138,10 @@ class AnswerError(Exception):
 
 
 class HttpSender:
-    """The load engine's Sender for an embedding endpoint over HTTP/JSON: the client decodes
+    """The load driver's Sender for an embedding endpoint over HTTP/JSON: the client decodes
     every answer and checks it holds one embedding per text (a wrong answer is an error)."""
 
-    def __init__(self, target: Target, texts: Texts, connections: int) -> None:
+    def __init__(self, target: EmbeddingEndpoint, texts: Texts, connections: int) -> None:
         self.target, self.texts, self.connections = target, texts, connections
         self.session: aiohttp.ClientSession | None = None
 
@@ -163,8 +164,8 @@ class HttpSender:
                 raise AnswerError(f"HTTP {response.status}: not one embedding per text")
 
 
-def closed_loop(target: Target, concurrency: int, texts: Texts, warmup_s: float, seconds: float) -> Row:
-    """`concurrency` clients on the load engine; the warm-up is not counted."""
+def closed_loop(target: EmbeddingEndpoint, concurrency: int, texts: Texts, warmup_s: float, seconds: float) -> Row:
+    """`concurrency` clients on the load driver; the warm-up is not counted."""
     run = drive(HttpSender(target, texts, concurrency), [Phase(ClosedLoop(concurrency), warmup_s + seconds)], deadline_s=60.0)
     results = run.results(warmup_s, warmup_s + seconds)
     ok = results.outcomes.get(OK, 0)

@@ -24,21 +24,22 @@ import threading
 import time
 from pathlib import Path
 
-from tools.bench.engine import open_session, token_batch
+from tools.bench.in_process import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
-from tools.bench.machine import cpu_line, describe_cpu
+from tools.cli.arguments import number_list
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.loadgen import Measurement, Traffic, mixed_target, run_load
-from tools.loadgen.cli_args import length_mix_from_args, number_list
+from tools.loadgen.cli_args import length_mix_from_args
 from tools.loadgen.report import format_ms
 from tools.loadgen.traffic import parse_priority_mix
+from tools.machine import cpu_line, describe_cpu
 from tools.observe.padding_waste import PaddingCounts
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.instances import instance_count
 from tools.repo.length_policy import POLICIES, policy_configs
 from tools.repo.model_config import load_config
 from tools.serve.server_session import triton_endpoints
-from tools.triton_client import load_with_config
 
 log = logging.getLogger("bench-lengths")
 
@@ -128,7 +129,7 @@ def run_bench(args: argparse.Namespace) -> int:
     encoder = load_config(MODEL_REPOSITORY / "encoder")
     measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
 
-    instances = sum(group.count for group in encoder.instance_group) or 1
+    instances = instance_count(encoder)
     model_path = MODEL_REPOSITORY / "encoder" / "1" / "model.onnx"
     log.info("[1/3] raw engine: padded tokens/s in process")
     raw_points = raw_engine_points(model_path, instances, args.window / 2)
@@ -139,8 +140,8 @@ def run_bench(args: argparse.Namespace) -> int:
     with triton_endpoints(None, explicit_control=True) as endpoints:
         for number, policy in enumerate(args.policies, start=1):
             tokenizer_config, encoder_config = policy_configs(MODEL_REPOSITORY, policy)
-            load_with_config(endpoints.http_url, "encoder", encoder_config, endpoints.headers)
-            load_with_config(endpoints.http_url, "tokenizer", tokenizer_config, endpoints.headers)
+            endpoints.client.load("encoder", encoder_config)
+            endpoints.client.load("tokenizer", tokenizer_config)
             log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(args.policies), policy, time.perf_counter() - started)
             closed = [
                 measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tools.bench.machine import cpu_line
 from tools.loadgen.report import format_ms
+from tools.machine import cpu_line
 
 
 def _row(cells: list) -> str:

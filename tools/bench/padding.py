@@ -28,7 +28,6 @@ from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.length_policy import set_encoder_policy, set_tokenizer_policy
 from tools.repo.model_config import ModelConfig, load_config
 from tools.serve.server_session import triton_endpoints
-from tools.triton_client import load_with_config
 
 log = logging.getLogger("padding")
 
@@ -65,9 +64,9 @@ def run(argv: list[str] | None = None) -> int:
     encoder = load_config(MODEL_REPOSITORY / "encoder")
     set_encoder_policy(encoder, "batch")
     with triton_endpoints(None, explicit_control=True) as endpoints:
-        load_with_config(endpoints.http_url, "encoder", encoder, endpoints.headers)
+        endpoints.client.load("encoder", encoder)
         for policy in POLICIES:
-            load_with_config(endpoints.http_url, "tokenizer", tokenizer_policy(base, policy), endpoints.headers)
+            endpoints.client.load("tokenizer", tokenizer_policy(base, policy))
             for level in (int(c) for c in args.concurrency.split(",")):
                 result = run_load(embed_target(), Traffic(concurrency=level), measurement, endpoints.grpc_url, "grpc", endpoints.http_url)
                 encoder = result.server["encoder"]

@@ -27,7 +27,6 @@ from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.model_config import load_config, without_priority_queues
 from tools.serve.local_triton import TritonInstallation
 from tools.serve.server_session import triton_endpoints
-from tools.triton_client import load_with_config
 
 log = logging.getLogger("perf_analyzer_check")
 
@@ -109,9 +108,7 @@ def run(argv: list[str] | None = None) -> int:
     rows = []
     measurement = Measurement(1.0, args.window, 3, 10, args.stability, ("encoder",))
     with triton_endpoints(None, explicit_control=True) as endpoints:
-        load_with_config(
-            endpoints.http_url, "encoder", without_priority_queues(load_config(MODEL_REPOSITORY / "encoder")), endpoints.headers
-        )
+        endpoints.client.load("encoder", without_priority_queues(load_config(MODEL_REPOSITORY / "encoder")))
         for level in (int(c) for c in args.concurrency.split(",")):
             theirs = run_perf_analyzer(endpoints.grpc_url, level, args.seq_len, int(args.window * 1000), args.stability)
             ours = run_load(

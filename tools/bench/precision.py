@@ -130,7 +130,7 @@ def gate_figures(paths: dict[str, Path]) -> dict[str, dict]:
 def measure_speed(paths: dict[str, Path], threads: int, rounds: int, seconds: float) -> dict[str, dict[str, list[float]]]:
     """rows/s per round: {variant: {"b16s128": [round 1, round 2, ...]}}."""
     os.environ["OMP_NUM_THREADS"] = str(threads)  # open_session's thread budget
-    from tools.bench.engine import open_session, raw_curve
+    from tools.bench.in_process import open_session, raw_curve
 
     sessions = {name: open_session(path) for name, path in paths.items()}
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in paths}

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import mean
 
-from tools.bench.machine import cpu_summary
 from tools.loadgen.report import format_ms
+from tools.machine import cpu_summary
 
 THROUGHPUT_MARGIN = 0.10  # a throughput ratio within 1 +- this is a tie
 P99_MARGIN = 0.20  # the same for the p99 ratio, the noisier figure

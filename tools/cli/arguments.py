@@ -20,3 +20,19 @@ def parse_checked(
         parser.error(str(exc))
     configure_logging(args)
     return args
+
+
+class ListError(argparse.ArgumentTypeError, ValueError):
+    """A malformed comma list: argparse shows it as a usage error when it parses the option,
+    and run_reporting_errors (a ValueError) when code below an entry point parses it."""
+
+
+def number_list(text: str | None, kind: type, option: str | None = None) -> list:
+    """`1,4,16` -> [1, 4, 16]; None or empty -> []. The one parser of every comma list of numbers."""
+    if not text:
+        return []
+    try:
+        return [kind(item) for item in str(text).split(",") if item.strip()]
+    except ValueError:
+        subject = f"{option} must be" if option else "the value must be"
+        raise ListError(f"{subject} a comma-separated list of numbers, got {text!r}") from None

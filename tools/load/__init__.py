@@ -1,13 +1,13 @@
-"""The one load engine: schedules, request mixes, a Sender, per-request records, results.
+"""The one load driver: schedules, request mixes, a Sender, per-request records, results.
 
-`LoadEngine(sender, phases, mix).run()` drives closed-loop (ClosedLoop) or open-loop
+`LoadDriver(sender, phases, mix).run()` drives closed-loop (ClosedLoop) or open-loop
 (Poisson, Constant, Bursty, Trace) phases against any Sender (TritonSender for a real
 server) and returns a Run: one Record per request, and `Run.results()` (Results) with
 throughput, latency percentiles and outcome counts overall, per priority and per kind.
 Loadgen, soak, overload, the adaptive replay and bench are configurations of it.
 """
 
-from tools.load.engine import LoadEngine, Prepared, Record, Run, Sender, drive
+from tools.load.driver import LoadDriver, Prepared, Record, Run, Sender, drive
 from tools.load.mix import Request, RequestMix
 from tools.load.outcomes import classify
 from tools.load.results import ClassResult, LatencySummary, Results, percentile
@@ -19,7 +19,7 @@ __all__ = [
     "ClosedLoop",
     "Constant",
     "LatencySummary",
-    "LoadEngine",
+    "LoadDriver",
     "Phase",
     "Poisson",
     "Prepared",

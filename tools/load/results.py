@@ -65,7 +65,7 @@ class ClassResult:
 
 @dataclass(frozen=True)
 class Sample:
-    """What the statistics need of one request (tools.load.engine.Record satisfies it)."""
+    """What the statistics need of one request (tools.load.driver.Record satisfies it)."""
 
     latency_s: float
     outcome: str

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tools.embed import client_module
-from tools.load.engine import Prepared
+from tools.load.driver import Prepared
 from tools.load.mix import DEFAULT_KIND, Request
 from tools.load.requests import Target
 

@@ -1,4 +1,4 @@
-"""Loadgen: perf_analyzer-style measurement of one load level on the load engine (tools/load).
+"""Loadgen: perf_analyzer-style measurement of one load level on the load driver (tools/load).
 
 `run_load(target, traffic, measurement)` drives one level (closed-loop concurrency or
 open-loop arrivals) and returns a `LoadResult`: the engine's results over steady windows

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from tools.cli.arguments import number_list
 from tools.load.mixed_texts import LengthMix, parse_token_range
 from tools.load.requests import RequestSettings, Target, request_factory
 from tools.loadgen.measure import Measurement
 from tools.loadgen.traffic import Traffic, load_trace, parse_priority_mix
-
-
-def number_list(text: str, kind: type) -> list:
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
 def add_load_arguments(parser: argparse.ArgumentParser, default_model: str = "embed", default_concurrency: str = "1,16") -> None:
@@ -95,9 +89,11 @@ def check_load_arguments(args: argparse.Namespace) -> None:
     measurement_from_args(args)
 
 
-def request_settings_from_args(args: argparse.Namespace) -> RequestSettings:
+def request_settings_from_args(args: argparse.Namespace, seq_len: int | None = None) -> RequestSettings:
+    """What each request carries; `seq_len` overrides --seq-len (the tuner derives its own)."""
     mixed = getattr(args, "texts", "samples") == "mixed"
-    seq_len = RequestSettings.seq_len if args.seq_len is None else args.seq_len  # the tuner derives it later
+    if seq_len is None:
+        seq_len = RequestSettings.seq_len if args.seq_len is None else args.seq_len
     return RequestSettings(seq_len, args.texts_per_request, length_mix_from_args(args) if mixed else None)
 
 

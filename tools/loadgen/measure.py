@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.load.engine import LoadEngine, Record
+from tools.load.driver import LoadDriver, Record, run_until_complete
 from tools.load.outcomes import OK
 from tools.load.requests import Target
 from tools.load.results import Results, format_ms, percentile
@@ -22,7 +22,7 @@ from tools.load.schedules import Phase
 from tools.load.triton import TritonSender
 from tools.loadgen.report import LoadResult, ServerWindow
 from tools.loadgen.traffic import Traffic
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class _Windows:
     def __init__(self, target: Target, traffic: Traffic, measurement: Measurement, url: str, protocol: str, stats_url: str) -> None:
         self.target, self.traffic, self.measurement, self.protocol, self.stats_url = target, traffic, measurement, protocol, stats_url
         phases = [Phase(traffic.schedule(), measurement.budget_s)]
-        self.engine = LoadEngine(TritonSender(url, target, protocol), phases, traffic.mix(), seed=traffic.seed)
+        self.engine = LoadDriver(TritonSender(url, target, protocol), phases, traffic.mix(), seed=traffic.seed)
 
     async def snapshot(self) -> dict[str, ModelStats]:
         loop = asyncio.get_running_loop()
@@ -151,7 +151,7 @@ def run_load(
     stats_url = stats_url or url
     if measurement.server_models and protocol == "grpc" and stats_url == url:
         raise ValueError("server statistics are read over HTTP: pass stats_url (host:http_port)")
-    return asyncio.run(_Windows(target, traffic, measurement, url, protocol, stats_url).run())
+    return run_until_complete(_Windows(target, traffic, measurement, url, protocol, stats_url).run())
 
 
 def measure_capacity(target: Target, url: str, protocol: str = "grpc", stats_url: str | None = None, concurrency: int = 8) -> float:

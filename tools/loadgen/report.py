@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from tools.load.outcomes import OK, REJECTED, TIMEOUT
 from tools.load.results import ClassResult, LatencySummary, format_ms
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 __all__ = ["ClassResult", "LatencySummary", "LoadResult", "ServerWindow", "format_ms"]
 

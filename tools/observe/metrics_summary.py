@@ -26,9 +26,10 @@ from dataclasses import dataclass, field, replace
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
-from tools.observe.stats import ModelStats
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig
 from tools.triton_client import MetricSample, TritonClient, TritonError
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("metrics")
 
@@ -71,15 +72,6 @@ class WarmUp:
     requests: int = 0
     executions: int = 0
     batches: dict[int, int] = field(default_factory=dict)  # batch size -> executions
-
-
-def instance_count(config: ModelConfig) -> int:
-    """Instances Triton creates: `count` per group (default 1), per listed GPU for KIND_GPU."""
-    total = 0
-    for group in config.instance_group:
-        per_device = group.count or 1
-        total += per_device * max(1, len(group.gpus)) if group.kind == group.KIND_GPU else per_device
-    return total or 1
 
 
 def warmup_of(config: ModelConfig) -> WarmUp:

@@ -2,7 +2,7 @@
 
 The backend counts, per model, the real tokens (attention-mask sum) and the padding
 tokens it computed, its rows and session runs, and the executions that joined requests
-of different shapes (tools/serve/backends/onnxruntime/padding_metrics.py). Like the statistics
+of different shapes (backends/onnxruntime/padding_metrics.py). Like the statistics
 API, the counters are cumulative; a measurement subtracts two snapshots.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-from tools.serve.backends.onnxruntime import padding_metrics as names
+from backends.onnxruntime import padding_metrics as names
 from tools.triton_client import MetricSample, fetch_metrics
 
 

@@ -1,1 +1,1 @@
-"""Long-running reliability drills on the load engine: a bounded soak and an overload run."""
+"""Long-running reliability drills on the load driver: a bounded soak and an overload run."""

@@ -2,7 +2,7 @@
 
 Starts a local Triton on a copy of the repository whose tokenizer and encoder queues
 hold `--queue` requests per priority level, measures its capacity (closed loop), drives
-an open-loop rate (on the load engine, tools/load) several times above it with a priority mix, and reports per level
+an open-loop rate (on the load driver, tools/load) several times above it with a priority mix, and reports per level
 over the whole run: accepted/rejected counts and the latency of accepted requests.
 Every request sent is reconciled with the server's statistics.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tools.cli.arguments import parse_checked
 from tools.cli.logsetup import add_verbosity_flags
-from tools.load.engine import drive
+from tools.load.driver import drive
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK, REJECTED, SHED, TIMEOUT
 from tools.load.requests import embed_target
@@ -27,10 +27,11 @@ from tools.load.results import Results, format_ms
 from tools.load.schedules import Phase, Poisson
 from tools.load.triton import TritonSender
 from tools.loadgen.measure import measure_capacity
-from tools.observe.stats import ModelStats
 from tools.paths import BUILD_DIR, REPO_ROOT
+from tools.ports import free_ports
 from tools.repo.policy_repository import copy_repository, set_queue_policy
-from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("overload")
 
@@ -106,7 +107,7 @@ def overload_rate(server: LocalTriton, factor: float = OVERLOAD_FACTOR) -> tuple
 
 
 def run_overload(server: LocalTriton, rate: float, seconds: float, mix: dict[int, float], seed: int = 0) -> OverloadResult:
-    """One open-loop overload on the load engine. Counts and latencies cover every request of
+    """One open-loop overload on the load driver. Counts and latencies cover every request of
     the run: no warm-up is discarded, since an overload is about what happens to each request."""
     options = server.options
     before = ModelStats.settled(options.http_url, "embed")

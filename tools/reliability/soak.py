@@ -1,6 +1,6 @@
 """`python -m tools.reliability.soak`: a bounded soak at a steady, sub-capacity rate.
 
-Drives the load engine (tools/load) at a fixed rate with a mix of good requests (unique texts, plus repeats the cache
+Drives the load driver (tools/load) at a fixed rate with a mix of good requests (unique texts, plus repeats the cache
 answers) and bad ones (invalid UTF-8 through the ensemble, an out-of-range token id at
 the encoder, a wrong shape), each kind with its expected outcome. Per window it records
 the latency of good requests and the resident memory of tritonserver and each backend
@@ -26,17 +26,18 @@ import numpy as np
 
 from tools.cli.arguments import parse_checked
 from tools.cli.logsetup import add_verbosity_flags
-from tools.load.engine import LoadEngine, Run
+from tools.load.driver import LoadDriver, Run, run_until_complete
 from tools.load.mix import RequestMix
 from tools.load.outcomes import OK
 from tools.load.requests import Target, bytes_tensor, token_tensors
 from tools.load.results import Results, format_ms
 from tools.load.schedules import Constant, Phase
 from tools.load.triton import TritonSender
-from tools.observe.stats import ModelStats
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports
 from tools.serve.health_watch import stub_processes
-from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("soak")
 
@@ -152,7 +153,7 @@ class _Soak:
         self.window_s, self.server_pid = window_s, server_pid
         mix = RequestMix(kinds={kind: share for kind, (share, _) in MIX.items()}, seed=seed)
         sender = TritonSender(grpc_url, soak_targets())
-        self.engine = LoadEngine(sender, [Phase(Constant(rate), duration_s)], mix, deadline_s=60.0, seed=seed)
+        self.engine = LoadDriver(sender, [Phase(Constant(rate), duration_s)], mix, deadline_s=60.0, seed=seed)
         self.windows: list[Window] = []
 
     def window(self, start: float, end: float) -> Window:
@@ -183,7 +184,7 @@ def run_soak(server: LocalTriton, rate: float, duration_s: float, window_s: floa
     options = server.options
     before = {m: ModelStats.settled(options.http_url, m) for m in ("embed", "encoder")}
     soak = _Soak(options.grpc_url, rate, duration_s, window_s, server.pid, seed)
-    run = asyncio.run(soak.run())
+    run = run_until_complete(soak.run())
     windows = soak.windows
     after = {m: ModelStats.settled(options.http_url, m) - before[m] for m in before}
     outcomes: dict[str, dict[str, int]] = {}

@@ -60,6 +60,63 @@ def save_config(config: ModelConfig, path: Path) -> None:
     path.write_text(format_config(config))
 
 
+def leading_comments(text: str) -> str:
+    """The comment block a config file opens with: its `#` lines and the blank lines among them."""
+    header = []
+    for line in text.splitlines(keepends=True):
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        header.append(line)
+    return "".join(header)
+
+
+def rewrite_config(config: ModelConfig, path: Path) -> None:
+    """Save over a committed config, keeping the comment lines it opens with: text_format
+    writes no comments, and a config's header says why it is as it is."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    header = leading_comments(path.read_text()) if path.is_file() else ""
+    path.write_text(header + format_config(config))
+
+
+def _scalar(field, value: object) -> str:
+    if field.enum_type is not None:
+        return field.enum_type.values_by_number[value].name
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def config_fields(message, prefix: str = "") -> dict[str, str]:
+    """Every set field as `path -> value` (`dynamic_batching.max_queue_delay_microseconds`,
+    `instance_group[0].count`, `parameters[intra_op_thread_count].string_value`)."""
+    fields: dict[str, str] = {}
+    for field, value in message.ListFields():
+        name = f"{prefix}{field.name}"
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for key in sorted(value):
+                if value_field.message_type is not None:
+                    fields.update(config_fields(value[key], f"{name}[{key}]."))
+                else:
+                    fields[f"{name}[{key}]"] = _scalar(value_field, value[key])
+        elif field.is_repeated and field.message_type is not None:
+            for index, item in enumerate(value):
+                fields.update(config_fields(item, f"{name}[{index}]."))
+        elif field.is_repeated:
+            fields[name] = "[" + ", ".join(_scalar(field, item) for item in value) + "]"
+        elif field.message_type is not None:
+            fields.update(config_fields(value, f"{name}."))
+        else:
+            fields[name] = _scalar(field, value)
+    return fields
+
+
+def changed_fields(before: ModelConfig, after: ModelConfig) -> list[tuple[str, str | None, str | None]]:
+    """(field, old, new) for each field that differs; None: not set on that side."""
+    old, new = config_fields(before), config_fields(after)
+    return [(name, old.get(name), new.get(name)) for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+
+
 def config_from_dict(values: dict) -> ModelConfig:
     """Validate a plain dict (e.g. from YAML or a JSON override) against the schema."""
     return json_format.ParseDict(values, ModelConfig())

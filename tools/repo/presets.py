@@ -26,9 +26,10 @@ from pathlib import Path
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY
 from tools.repo.artifacts import missing_artifacts
+from tools.repo.candidate import Candidate, apply_candidate
+from tools.repo.instances import instance_count
 from tools.repo.model_config import CONFIG_NAME, ModelConfig, format_config, has_priority_queues, load_config
 from tools.repo.variant import INTRA_OP_THREADS, copy_versions
-from tools.tune.space import Candidate, apply_candidate, instance_count
 
 log = logging.getLogger("presets")
 

@@ -23,7 +23,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.process import GatewayProcess, GatewayStartError, add_serve_arguments, describe, gateway_from_args
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.presets import DEFAULT_PRESET, PRESETS, PresetError, repository_for
@@ -31,6 +30,14 @@ from tools.repo.variant import VariantError
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import AdminKeyError, add_admin_key_arguments, resolve_admin_key
 from tools.serve.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
+from tools.serve.gateway_process import (
+    GatewayProcess,
+    GatewayStartError,
+    add_serve_arguments,
+    describe,
+    gateway_from_args,
+    given_gateway_flags,
+)
 from tools.serve.health_watch import HealthWatch, reload_model
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 
@@ -45,7 +52,6 @@ LOCAL_ONLY = {
     "model_control_mode": "--model-control-mode",
     "health_watch": "--health-watch/--no-health-watch",
     "health_interval": "--health-interval",
-    "gateway_args": "--gateway-args",
 }
 DOCKER_ONLY = {"gpu_variant": "--gpu-variant"}
 
@@ -127,7 +133,7 @@ def refused_flags(args: argparse.Namespace, runtime: str) -> str | None:
     """Why the given flags cannot run on `runtime`, or None. Only flags the user gave count
     (their defaults are None); `--model-control-mode explicit` is what Docker runs anyway."""
     if runtime == "docker":
-        given = [flag for dest, flag in LOCAL_ONLY.items() if getattr(args, dest) is not None]
+        given = [flag for dest, flag in LOCAL_ONLY.items() if getattr(args, dest) is not None] + given_gateway_flags(args)
         if args.model_control_mode == "explicit":
             given.remove(LOCAL_ONLY["model_control_mode"])
         reason = (
@@ -181,7 +187,7 @@ def serve_local(
 ) -> int:
     """Run until SIGTERM/Ctrl-C (exit 0) or until Triton exits on its own (non-zero).
     With a watch interval, a dead backend stub is recovered (see tools.serve.health_watch).
-    With a gateway, it starts once Triton is ready and stops first (gateway.process)."""
+    With a gateway, it starts once Triton is ready and stops first (tools.serve.gateway_process)."""
     server = LocalTriton(options, log_path=None)
     restart = threading.Event()
     watch: HealthWatch | None = None

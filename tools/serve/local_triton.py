@@ -9,12 +9,10 @@ It is used by `python -m tools.serve`, the tests, the tuner and the load tools.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -23,8 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.cli.exit_status import NoServerError
 from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
+from tools.ports import port_in_use
 from tools.repo.artifacts import missing_artifacts
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
@@ -36,7 +36,7 @@ from tools.triton_client import TritonClient, TritonError, metric_total
 log = logging.getLogger(__name__)
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(NoServerError):
     """Triton could not be started; the message says why (and shows the log tail)."""
 
 
@@ -100,6 +100,8 @@ def assemble_backends(installation: TritonInstallation, destination: Path) -> Pa
             target = destination / backend.name
             target.mkdir()
             for module in backend.glob("*.py"):
+                if module.name == "__init__.py":  # the package marker for the tests, not the stub
+                    continue
                 shutil.copy2(module, target / module.name)
     return destination
 
@@ -144,38 +146,13 @@ class ServerOptions:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
-    @property
-    def client(self) -> TritonClient:
-        """Readiness, statistics, metrics; model control too when `admin_key` is set here
-        (a key generated at start is known only to LocalTriton.client)."""
-        return TritonClient(self.http_url, headers_for(self.admin_key), self.metrics_url)
 
-
-def port_in_use(host: str, port: int) -> bool:
-    """True when something already listens on host:port (TIME_WAIT leftovers do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Ports the OS reports free right now (for tests and side-by-side servers)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+def triton_client(http_url: str, admin_key: str | None = None, metrics_url: str | None = None) -> TritonClient:
+    """The one way to build a client for a server whose model-control API may be restricted:
+    it carries the key as the header the server was started with (tools/serve/admin_key.py).
+    LocalTriton.client and Endpoints.client build theirs here; a read-only caller below the
+    serve layer (statistics, readiness, a config) may use TritonClient(http_url) directly."""
+    return TritonClient(http_url, headers_for(admin_key), metrics_url)
 
 
 def server_environment(installation: TritonInstallation) -> dict[str, str]:
@@ -349,14 +326,10 @@ class LocalTriton:
         return process.returncode
 
     @property
-    def admin_headers(self) -> dict[str, str] | None:
-        """Headers for model-control calls (load/unload/index) to this server."""
-        return headers_for(self.admin_key)
-
-    @property
     def client(self) -> TritonClient:
-        """Model control (with this server's admin key), readiness, statistics and metrics."""
-        return TritonClient(self.options.http_url, self.admin_headers, self.options.metrics_url)
+        """Model control (with this server's admin key, generated at start when the options
+        gave none), readiness, statistics and metrics."""
+        return triton_client(self.options.http_url, self.admin_key, self.options.metrics_url)
 
     @property
     def pid(self) -> int | None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tools.contract import grpc_url_beside
 from tools.paths import BUILD_DIR
-from tools.serve.admin_key import headers_for
-from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, free_ports
+from tools.ports import free_ports
+from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, triton_client
 from tools.triton_client import TritonClient
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class Endpoints:
     http_url: str
     grpc_url: str
-    headers: dict[str, str] | None = None  # for the model-control API (the admin key), when restricted
+    admin_key: str | None = field(default=None, repr=False)  # of the model-control API, when restricted
     metrics_url: str | None = None  # Prometheus endpoint; known for a server started here
 
     def url_for(self, protocol: str) -> str:
@@ -34,7 +34,7 @@ class Endpoints:
     @property
     def client(self) -> TritonClient:
         """Model control, readiness, statistics and metrics of this server."""
-        return TritonClient(self.http_url, self.headers, self.metrics_url)
+        return triton_client(self.http_url, self.admin_key, self.metrics_url)
 
 
 @contextlib.contextmanager
@@ -46,7 +46,7 @@ def triton_endpoints(
     if url:
         if not TritonClient(url).server_ready():
             raise TritonStartError(f"no ready Triton answers at http://{url}")
-        yield Endpoints(url, grpc_url or grpc_url_beside(url), headers_for(admin_key))
+        yield Endpoints(url, grpc_url or grpc_url_beside(url), admin_key)
         return
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(
@@ -60,4 +60,4 @@ def triton_endpoints(
     log_path = BUILD_DIR / f"triton-{http}.log"
     log.info("starting a local Triton on ports %d/%d/%d (log: %s)", http, grpc, metrics, log_path)
     with LocalTriton(options, log_path=log_path).start() as server:
-        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_headers, server.options.metrics_url)
+        yield Endpoints(server.options.http_url, server.options.grpc_url, server.admin_key, server.options.metrics_url)

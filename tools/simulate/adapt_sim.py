@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tools.adapt.control import Controller, ControlSettings, Observation
-from tools.adapt.replay import Phase, phase_trace
+from tools.adapt.replay import TracePhase, phase_trace
 from tools.repo.model_config import ModelConfig
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
-from tools.simulate.engine import OK, Request, Simulation
+from tools.simulate.discrete_event import OK, SimRequest, Simulation
 
 STATIC_DELAYS_US = (0, 1000, 2000, 4000, 6000, 8000, 10_000, 15_000, 20_000)
 
@@ -70,7 +70,7 @@ class AdaptSimSettings:
 class TraceRun:
     """One simulated replay: every request, and the delay the batcher ran from when."""
 
-    requests: list[Request]
+    requests: list[SimRequest]
     delays: list[tuple[float, int]]  # (from ms, delay us)
     decisions: list = field(default_factory=list)
 
@@ -90,7 +90,7 @@ def capacity(cost: CostModel, spec: BatcherSpec, seq_len: int) -> tuple[float, f
     return 1000.0 / one * spec.instances, best * one
 
 
-def observe(sim: Simulation, requests: list[Request], start: float, end: float, instances: int) -> Observation:
+def observe(sim: Simulation, requests: list[SimRequest], start: float, end: float, instances: int) -> Observation:
     """The window [start, end) as tools/adapt/observe.py reads it from Triton's statistics:
     requests answered by the encoder, their mean queue and compute time, executions' busy share."""
     executions = [e for e in sim.executions if start <= e.ended < end]
@@ -120,7 +120,7 @@ def replay(
 ) -> TraceRun:
     """The trace against `spec` (static), or with a Controller changing its delay (`law`)."""
     sim = Simulation(cost, [("encoder", spec)], seed=settings.seed, stall=None)
-    requests = [Request(i, float(t) * 1000.0, tokens=settings.seq_len) for i, t in enumerate(arrivals_s)]
+    requests = [SimRequest(i, float(t) * 1000.0, tokens=settings.seq_len) for i, t in enumerate(arrivals_s)]
     for request in requests:
         sim.push(request.sent, sim.arrive, request)
     run = TraceRun(requests, [(0.0, spec.delay_us)])
@@ -178,7 +178,7 @@ def evaluate(cost: CostModel, base: ModelConfig, settings: AdaptSimSettings) -> 
         raise ValueError("the encoder config has no dynamic_batching: there is no delay to control")
     rows_per_s, gain = capacity(cost, spec, settings.seq_len)
     rates = {"low": settings.low_rate or round(0.25 * rows_per_s, 1), "peak": settings.peak_rate or round(0.75 * rows_per_s, 1)}
-    phases = [Phase(name, rates[name], settings.phase_s) for name in settings.pattern]
+    phases = [TracePhase(name, rates[name], settings.phase_s) for name in settings.pattern]
     arrivals = phase_trace(phases, seed=settings.seed)
     if not len(arrivals):
         raise ValueError("the trace has no requests: raise the rates or --phase-s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig, batching_problems, has_priority_queues
 
 REJECT, DELAY = "REJECT", "DELAY"
@@ -81,7 +82,7 @@ class BatcherSpec:
         problems = batching_problems(config)
         if problems:
             raise UnrepresentableConfig(f"{name}: {'; '.join(problems)}")
-        instances = sum(group.count or 1 for group in config.instance_group) or 1
+        instances = instance_count(config)
         dynamic = config.HasField("dynamic_batching")
         if config.max_batch_size < 1 and dynamic:
             raise UnrepresentableConfig(f"{name}: dynamic_batching needs max_batch_size >= 1")

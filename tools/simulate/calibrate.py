@@ -1,7 +1,7 @@
 """`calibrate`: measure the cost model on a server.
 
 The encoder is loaded live with each instance count asked for (threads shared out as
-the tuner writes them, tools/tune/space.py) and sent one request of b rows x L tokens
+the tuner writes them, tools/repo/instances.py) and sent one request of b rows x L tokens
 at a time, so nothing queues: Triton's statistics then give one execution's time
 (compute input + infer + output). The tokenizer is sent b texts per request the same
 way. The per-request costs outside both steps (frontend, ensemble hand-off, response)
@@ -21,13 +21,13 @@ import time
 import numpy as np
 import tritonclient.http as httpclient
 
-from tools.bench.machine import cpu_description
-from tools.observe.stats import ModelStats
+from tools.machine import cpu_description
+from tools.repo.instances import with_instances
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.cost_model import CostModel, Grid, Overheads, StepCost
-from tools.simulate.load_engine import SAMPLE_TEXTS, Traffic, measure, sample_lengths, token_tensors
+from tools.simulate.live_load import SAMPLE_TEXTS, Traffic, measure, sample_lengths, token_tensors
 from tools.triton_client import TritonError
-from tools.tune.space import with_instances
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger("simulate")
 
@@ -234,7 +234,7 @@ def calibrate(endpoints, batches: list[int], lengths: list[int], instances: list
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": cpu_description(),
             "software": software(endpoints.http_url),
-            "encoder_config": {"threads_per_instance": "cores / instances (tools/tune/space.py)", "instances": instances},
+            "encoder_config": {"threads_per_instance": "cores / instances (tools/repo/instances.py)", "instances": instances},
         },
         extra={
             "measured_points": {str(n): mask for n, mask in masks.items()},

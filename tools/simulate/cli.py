@@ -10,7 +10,7 @@ from tools.paths import MODEL_REPOSITORY
 from tools.repo.model_config import ModelConfig, load_config
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
-from tools.simulate.load_engine import Traffic, load_trace, parse_priority_mix
+from tools.simulate.live_load import Traffic, load_trace, parse_priority_mix
 from tools.simulate.workload import Lengths
 
 STALL_CHOICES = ("auto", "on", "off")
@@ -54,7 +54,7 @@ def add_traffic_arguments(parser: argparse.ArgumentParser, lists: bool) -> None:
     group.add_argument("--trace", type=Path, default=None, help="file of arrival offsets in seconds, one per line")
     group.add_argument("--priority-mix", default="", help="e.g. 1:0.2,2:0.8 (default: the model's default level)")
     group.add_argument("--timeout-us", type=int, default=None, help="per-request queue timeout (applies below the level's default)")
-    group.add_argument("--lengths", default="samples", help="text lengths: samples (the load engine's texts), mixed, or fixed:N")
+    group.add_argument("--lengths", default="samples", help="text lengths: samples (the load driver's texts), mixed, or fixed:N")
 
 
 def traffic_of(concurrency: int | None, rate: float | None, args: argparse.Namespace) -> Traffic:

@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.repo.candidate import Candidate, apply_candidate
+from tools.repo.instances import with_instances
 from tools.repo.model_config import ModelConfig
-from tools.tune.space import Candidate, apply_candidate, with_instances
 
 FIELDS = (
     "name",

@@ -1,5 +1,5 @@
 """One prediction: drive the simulated pipeline with a workload and summarise it in the
-load engine's terms (throughput of successful requests, latency percentiles, executed
+load driver's terms (throughput of successful requests, latency percentiles, executed
 encoder batches), so a prediction and a measurement compare field by field."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
-from tools.simulate.engine import OK, Request, Simulation
+from tools.simulate.discrete_event import OK, SimRequest, Simulation
 from tools.simulate.workload import Workload
 
 
@@ -59,15 +59,15 @@ def percentiles(latencies: np.ndarray) -> tuple[float | None, float | None, floa
 
 def simulate(
     cost: CostModel, steps: list[tuple[str, BatcherSpec]], workload: Workload, seed: int = 0, stall: bool | None = None
-) -> tuple[list[Request], Simulation]:
+) -> tuple[list[SimRequest], Simulation]:
     """Run the workload to completion (every request answered or failed)."""
     sim = Simulation(cost, steps, seed=seed, stall=stall, cache_hit_rate=workload.cache_hit_rate)
     traffic = workload.traffic
     count = workload.requests
     tokens = workload.lengths.tokens(count)
-    draw = traffic.mix().requests()  # the load engine's own seeded draws: the same priority per request index
+    draw = traffic.mix().requests()  # the load driver's own seeded draws: the same priority per request index
     priorities = [draw(i).priority for i in range(count)]
-    requests = [Request(i, 0.0, int(priorities[i]), int(tokens[i]), traffic.timeout_us) for i in range(count)]
+    requests = [SimRequest(i, 0.0, int(priorities[i]), int(tokens[i]), traffic.timeout_us) for i in range(count)]
     if traffic.closed_loop:
         issued = iter(requests)
 

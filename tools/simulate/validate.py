@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.cli.arguments import number_list
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cli import model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
-from tools.simulate.load_engine import Traffic, full_budget_window, measure
+from tools.simulate.live_load import Traffic, full_budget_window, measure
 from tools.simulate.predict import predict
 from tools.simulate.workload import Workload
 from tools.triton_client import TritonError
@@ -29,15 +30,6 @@ log = logging.getLogger("simulate")
 
 FIGURES = ("throughput_rps", "p99_ms", "avg_batch")
 TARGETS = {"throughput_rps": 0.10, "p99_ms": 0.25, "avg_batch": 0.20}  # median absolute error, issue 13
-
-
-def number_list(text: str | None, kind: type, option: str) -> list:
-    if not text:
-        return []
-    try:
-        return [kind(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"{option} must be a comma list of numbers, got {text!r}") from None
 
 
 def loads_from_args(args: argparse.Namespace) -> list[Traffic]:

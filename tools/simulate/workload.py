@@ -1,6 +1,6 @@
-"""What the simulated clients send: the load engine's traffic plus each request's length.
+"""What the simulated clients send: the load driver's traffic plus each request's length.
 
-Lengths follow the live run's texts: the load engine's sample texts in its order
+Lengths follow the live run's texts: the load driver's sample texts in its order
 (`samples`), the mixed query/passage workload drawn exactly as tools/loadgen draws it
 (`mixed`), or one fixed token count.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.simulate.load_engine import LengthMix, Phase, Traffic, arrivals, sample_lengths
+from tools.simulate.live_load import LengthMix, Phase, Traffic, arrivals, sample_lengths
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Lengths:
         return out
 
     def describe(self) -> str:
-        return {"samples": "the load engine's sample texts", "fixed": f"{self.fixed_tokens} tokens", "mixed": self.mix.describe()}[
+        return {"samples": "the load driver's sample texts", "fixed": f"{self.fixed_tokens} tokens", "mixed": self.mix.describe()}[
             self.kind
         ]
 
@@ -63,7 +63,7 @@ class Workload:
     requests: int = 10_000
     lengths: Lengths = field(default_factory=Lengths)
     cache_hit_rate: float = 0.0
-    warmup_share: float = 0.1  # the first requests are left out of the figures, as the load engine's warm-up
+    warmup_share: float = 0.1  # the first requests are left out of the figures, as the load driver's warm-up
     window_s: tuple[float, float] | None = None  # open loop: count the requests sent in this span instead (a measurement's window)
 
     def __post_init__(self) -> None:
@@ -86,7 +86,7 @@ class Workload:
         rate = max(traffic.rate, traffic.burst_rate)
         duration = self.requests / traffic.rate * 1.5 + 1.0
         while True:
-            offsets = arrivals([Phase(traffic.schedule(), duration)], traffic.seed)  # as the load engine sends them
+            offsets = arrivals([Phase(traffic.schedule(), duration)], traffic.seed)  # as the load driver sends them
             if len(offsets) >= self.requests or rate <= 0:
                 return offsets[: self.requests] * 1000.0
             duration *= 2

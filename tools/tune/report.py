@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import csv
-import difflib
 import json
 import logging
 from pathlib import Path
 
-from tools.repo.model_config import ModelConfig, format_config
 from tools.tune.session import Trial
 
 log = logging.getLogger("tune")
@@ -34,6 +32,10 @@ CSV_FIELDS = (
     "compute_ms",
     "error",
 )
+
+
+SERVER_CONFIG = "server-config.pbtxt"  # in the report folder: the config the server ran before the sweep
+CHECKPOINT = "checkpoint.json"
 
 
 def write_trials(trials: list[Trial], folder: Path, model: str) -> None:
@@ -121,14 +123,3 @@ def plot_trials(trials: list[Trial], winner: Trial | None, folder: Path, model: 
             figure.savefig(written[-1], dpi=110, bbox_inches="tight")
             plt.close(figure)
     return written
-
-
-def config_diff(before: ModelConfig, after: ModelConfig, name: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            format_config(before).splitlines(keepends=True),
-            format_config(after).splitlines(keepends=True),
-            f"{name} (committed)",
-            f"{name} (winner)",
-        )
-    )

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.loadgen.report import LoadResult
+from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import ModelConfig
 from tools.triton_client import TritonError
 from tools.tune.objectives import Score, score
-from tools.tune.space import Candidate, apply_candidate
 from tools.tune.strategies import Strategy
 
 log = logging.getLogger("tune")

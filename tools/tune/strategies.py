@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from tools.repo.candidate import Candidate
 from tools.tune.objectives import Score
-from tools.tune.space import Candidate, SearchSpace, preferred_options
+from tools.tune.space import SearchSpace, preferred_options
 
 
 class Strategy(Protocol):
@@ -36,7 +37,7 @@ class GridSearch:
 
 class Listed:
     """The given candidates, once each, in order: model-guided tuning measures the top few
-    of a simulated ranking (tools/simulate/guided.py) and a control."""
+    of a simulated ranking (tools/tune/guided.py) and a control."""
 
     name = "model-guided"
 

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from google.protobuf import json_format
 from prometheus_client.parser import text_string_to_metric_families
 
-from tools.observe.stats import ModelStats
+from tools.cli.exit_status import ActionableError
 from tools.repo.model_config import ModelConfig, to_override_json
-from tools.serve.process_group import http_ok, wait_for_http_ok
+from tools.triton_client.readiness import http_ok, wait_for_http_ok
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ PROBE_MODEL = "__model_control_probe__"  # never a real model: unloading it chan
 MetricSample = tuple[str, dict[str, str], float]  # (name, labels, value); a counter by its family name
 
 
-class TritonError(RuntimeError):
+class TritonError(ActionableError):
     """A Triton endpoint answered with an error (`status` is its HTTP status) or did not
     answer at all (`status` None); the message names the call and the server's reason."""
 
@@ -112,8 +113,9 @@ def _reason(error: urllib.error.HTTPError) -> str:
 @dataclass(frozen=True)
 class TritonClient:
     """Endpoints of one server: `http_url` is host:port; `headers` carry the admin key
-    for the model-control API when it is restricted; `metrics_url` is the full URL of the
-    Prometheus endpoint (its own port)."""
+    for the model-control API when it is restricted (build such a client with
+    tools.serve.local_triton.triton_client, the one place that knows the header); `metrics_url`
+    is the full URL of the Prometheus endpoint (its own port)."""
 
     http_url: str
     headers: dict[str, str] | None = None
@@ -268,8 +270,3 @@ class TritonClient:
         if not self.metrics_url:
             raise TritonError(f"no metrics URL is known for the server at {self.http_url}")
         return fetch_metrics(self.metrics_url)
-
-
-def load_with_config(http_url: str, model: str, config: ModelConfig, headers: dict[str, str] | None = None) -> None:
-    """Shorthand for `TritonClient(http_url, headers).load(model, config)`, for one-off reloads."""
-    TritonClient(http_url, headers).load(model, config)

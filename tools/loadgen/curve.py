@@ -1,6 +1,6 @@
 """The model's own batch-size curve, measured on the server, to seed the search space.
 
-One request of b rows at a time (no queueing; a counted closed loop of the load engine), read back as compute time per execution
+One request of b rows at a time (no queueing; a counted closed loop of the load driver), read back as compute time per execution
 from the statistics API. The knee is the smallest batch size whose rows/s is within
 10% of the best; preferred sizes and delays are proposed around it.
 """
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.load.engine import drive
+from tools.load.driver import drive
 from tools.load.outcomes import OK
 from tools.load.requests import Target, token_tensors
 from tools.load.schedules import ClosedLoop, Phase
 from tools.load.triton import TritonSender
-from tools.observe.stats import ModelStats
+from tools.triton_client.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class CurvePoint:
 
 
 def _requests(http_url: str, model: str, make_batch, size: int, count: int) -> None:
-    """`count` requests of `size` rows, one at a time, on the load engine; any failure raises."""
+    """`count` requests of `size` rows, one at a time, on the load driver; any failure raises."""
     target = Target(model, (), lambda module, index: make_batch(module, size))
     run = drive(TritonSender(http_url, target, "http"), [Phase(ClosedLoop(1, requests=count), 3600.0)])
     failed = [r for r in run.records if r.outcome != OK]

@@ -32,7 +32,7 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 from padding_metrics import PaddingCounters
-from ragged import CALIBRATION_SHAPES, CostModel, CostTracker, SplitExecution, calibrate
+from ragged import CALIBRATION_SHAPES, CostTracker, RunCostModel, SplitExecution, calibrate_run_cost
 
 _NUMPY_TYPES = {
     "TYPE_FP32": np.float32,
@@ -220,14 +220,14 @@ class TritonPythonModel:
         if self.mask_input is None or any(len(item.get("dims", [])) != 1 for item in config["input"]):
             raise pb_utils.TritonModelException("ragged_split needs [length] inputs and an attention-mask input (a name with MASK)")
         try:
-            cost = CostModel.from_parameters(parameters)
+            cost = RunCostModel.from_parameters(parameters)
             max_rows = int(parameters.get("split_max_rows", "0"))
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"ragged_split: {exc}") from exc
         pinned = cost is not None
         source = "pinned by the config"
         if cost is None:
-            cost, samples = calibrate(self._run_shape, self._calibration_shapes())
+            cost, samples = calibrate_run_cost(self._run_shape, self._calibration_shapes())
             source = "calibrated on " + ", ".join(f"{rows}x{length}: {seconds * 1000:.1f} ms" for rows, length, seconds in samples)
             source += "; refitted from served runs"
         pb_utils.Logger.log_info(f"ragged_split: cost curve {cost.describe()} ({source})")

@@ -1,6 +1,6 @@
-"""The simulator's one door to the load engine (tools/load, through loadgen's measurement windows).
+"""The simulator's one door to the load driver (tools/load, through loadgen's measurement windows).
 
-Everything the simulator takes from the load engine passes through here: the traffic
+Everything the simulator takes from the load driver passes through here: the traffic
 specification (so predictions and measurements describe load the same way), the texts'
 token lengths, and a live measurement reduced to the predict contract's fields.
 """
@@ -53,7 +53,7 @@ def full_budget_window() -> tuple[float, float]:
 
 @functools.cache
 def sample_lengths() -> tuple[int, ...]:
-    """Tokens ([CLS] and [SEP] included) of the load engine's sample texts as it sends them,
+    """Tokens ([CLS] and [SEP] included) of the load driver's sample texts as it sends them,
     with the unique suffix it appends (` #<8 hex>-<counter>`); request i carries text i mod 8."""
     from tokenizers import Tokenizer
 

@@ -21,21 +21,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.paths import REPO_ROOT
+from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import ModelConfig
 from tools.simulate.batcher import BatcherSpec
 from tools.simulate.cost_model import CostModel
-from tools.simulate.load_engine import Traffic
+from tools.simulate.live_load import Traffic
 from tools.simulate.predict import Prediction, predict
 from tools.simulate.workload import Lengths, Workload
 from tools.tune.objectives import OBJECTIVES, Score
-from tools.tune.space import Candidate, apply_candidate
 
 log = logging.getLogger("tune")
 
 FINE_DELAYS_US = [0, 250, 500, 1000, 2000, 3000, 4000, 6000, 8000, 10_000, 15_000, 20_000]
 FINE_MAX_BATCH_SIZES = [8, 16, 32, 64]
 FINE_PREFERRED = "none,half,max,4,8,16"
-SHIPPED_MEASURED = Path(__file__).parent / "cost_models" / "measured-xeon-2core.json"
+SHIPPED_MEASURED = REPO_ROOT / "tools" / "simulate" / "cost_models" / "measured-xeon-2core.json"
 QUICK_GRID = {"batches": [1, 4, 16, 32], "lengths": [16, 32, 64], "max_tokens": 2048, "repeats": 3}
 
 

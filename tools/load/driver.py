@@ -1,4 +1,4 @@
-"""The one load engine: runs phases of closed- or open-loop schedules against a Sender and
+"""The one load driver: runs phases of closed- or open-loop schedules against a Sender and
 keeps one record per request.
 
 Open loop: each request leaves at its precomputed offset in its own task, whatever the
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from tools.load.mix import Request, RequestMix
 from tools.load.outcomes import CLIENT_TIMEOUT, OK, classify_exception
 from tools.load.results import Results
 from tools.load.schedules import ClosedLoop, Phase
+
+T = TypeVar("T")
 
 LATE_SEND_S = 0.010
 DEADLINE_S = 120.0
@@ -94,7 +96,7 @@ class Run:
         return np.asarray([getattr(r, name) for r in self.records])
 
 
-class LoadEngine:
+class LoadDriver:
     """Drives `phases` against `sender`; `run()` returns when every request has a record.
     `records`, `started` and `now()` may be read while it runs (e.g. to measure windows)."""
 
@@ -227,4 +229,24 @@ class LoadEngine:
 
 def drive(sender: Sender, phases: Sequence[Phase], mix: RequestMix | None = None, deadline_s: float = DEADLINE_S, seed: int = 0) -> Run:
     """Run the phases to the end (blocking) and return every request's record."""
-    return asyncio.run(LoadEngine(sender, phases, mix, deadline_s, seed).run())
+    return run_until_complete(LoadDriver(sender, phases, mix, deadline_s, seed).run())
+
+
+def run_until_complete(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run for the load tools. A stop signal raised inside a task's step (Ctrl-C, or
+    SIGTERM as tools.serve.interrupts' Interrupted, likeliest while a load sets itself up)
+    ends each task it passes through with that exception, which asyncio would log as "Task
+    exception was never retrieved" with a traceback: for a normal stop. The exception
+    itself still leaves here, so the command exits with the signal's status."""
+
+    async def main() -> T:
+        asyncio.get_running_loop().set_exception_handler(_quiet_about_stops)
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+def _quiet_about_stops(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    if isinstance(context.get("exception"), (KeyboardInterrupt, SystemExit)):
+        return  # the stop itself propagates out of run_until_complete
+    loop.default_exception_handler(context)

@@ -21,6 +21,9 @@ class ModelStats:
     compute_ns: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    # nanoseconds the model executed (input + infer + output per execution, from `batch_stats`,
+    # which Triton keeps per execution, not per request): how long the instances were busy
+    busy_ns: int = 0
     batch_executions: dict[int, int] = field(default_factory=dict)  # executed batch size -> executions
 
     @classmethod
@@ -42,6 +45,7 @@ class ModelStats:
                 size = int(batch["batch_size"])
                 count = int(batch.get("compute_infer", {}).get("count", 0))
                 stats.batch_executions[size] = stats.batch_executions.get(size, 0) + count
+                stats.busy_ns += sum(int(batch.get(key, {}).get("ns", 0)) for key in ("compute_input", "compute_infer", "compute_output"))
         return stats
 
     @classmethod
@@ -71,6 +75,7 @@ class ModelStats:
             compute_ns=self.compute_ns - earlier.compute_ns,
             cache_hits=self.cache_hits - earlier.cache_hits,
             cache_misses=self.cache_misses - earlier.cache_misses,
+            busy_ns=self.busy_ns - earlier.busy_ns,
             batch_executions={s: n for s, n in histogram.items() if n},
         )
 

@@ -28,7 +28,7 @@ OK, REJECTED, TIMEOUT = "ok", "rejected", "timeout"  # rejected: queue full; tim
 
 
 @dataclass
-class Request:
+class SimRequest:
     index: int
     sent: float
     priority: int = 0
@@ -109,13 +109,13 @@ class Simulation:
             action(time, *args)
 
     # -- request path -------------------------------------------------------------------
-    def arrive(self, now: float, request: Request) -> None:
+    def arrive(self, now: float, request: SimRequest) -> None:
         if self.cache_hit_rate and self.rng.random() < self.cache_hit_rate:
             self.push(now + self.cost.overheads.cache_hit_ms, self.finish, request, OK)
             return
         self.push(now + self.cost.overheads.frontend_ms, self.enqueue, 0, request)
 
-    def finish(self, now: float, request: Request, outcome: str) -> None:
+    def finish(self, now: float, request: SimRequest, outcome: str) -> None:
         """The answer reaches the client. The load generator is one event loop: it takes
         each answer in turn and spends `client_ms` on it before that client sends again,
         which spreads closed-loop clients out (on a 2-core machine, noticeably)."""
@@ -131,10 +131,10 @@ class Simulation:
         if self.on_done:
             self.on_done(request, now)
 
-    def fail(self, now: float, request: Request, outcome: str) -> None:
+    def fail(self, now: float, request: SimRequest, outcome: str) -> None:
         self.push(now + self.cost.overheads.response_ms, self.finish, request, outcome)
 
-    def enqueue(self, now: float, position: int, request: Request) -> None:
+    def enqueue(self, now: float, position: int, request: SimRequest) -> None:
         step = self.steps[position]
         spec = step.spec
         level = spec.level_of(request.priority)
@@ -217,15 +217,15 @@ class Simulation:
                     step.min_deadline = min(step.min_deadline, request.deadline)
             step.queues[level] = kept
 
-    def shape(self, step: _Step, request: Request) -> int:
+    def shape(self, step: _Step, request: SimRequest) -> int:
         """The batcher joins only equal shapes: token length for a non-ragged encoder."""
         return 0 if step.spec.ragged or step.name == "tokenizer" else request.tokens
 
-    def form_batch(self, now: float, step: _Step) -> tuple[list[Request], float | None]:
+    def form_batch(self, now: float, step: _Step) -> tuple[list[SimRequest], float | None]:
         spec = step.spec
         if not spec.dynamic:
             return [next(step.ordered())], None
-        pending: list[Request] = []
+        pending: list[SimRequest] = []
         best = 0
         send_now = False
         first_shape = None
@@ -256,7 +256,7 @@ class Simulation:
             wait = min(wait, max(0.0, step.min_deadline - now))
         return [], wait
 
-    def start(self, now: float, position: int, batch: list[Request]) -> None:
+    def start(self, now: float, position: int, batch: list[SimRequest]) -> None:
         step = self.steps[position]
         for request in batch:
             request.queue_ms[step.name] = now - request.enqueued
@@ -305,7 +305,7 @@ class Simulation:
             base = self.table_ms(name, len(lengths), max(lengths), spec.instances)
         return base
 
-    def respond(self, now: float, position: int, batch: list[Request]) -> None:
+    def respond(self, now: float, position: int, batch: list[SimRequest]) -> None:
         last = position == len(self.steps) - 1
         for request in batch:
             if last:

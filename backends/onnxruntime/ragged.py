@@ -34,7 +34,7 @@ CALIBRATION_SHAPES = ((1, 16), (8, 16), (1, 128), (4, 128), (1, 256))
 
 
 @dataclass(frozen=True)
-class CostModel:
+class RunCostModel:
     """Seconds one session run costs, as fitted terms."""
 
     per_run_s: float
@@ -49,7 +49,7 @@ class CostModel:
         return self.per_run_s + rows * length * (self.per_token_s + self.per_token_pair_s * length)
 
     @classmethod
-    def fit(cls, samples: Sequence[tuple[int, int, float]]) -> CostModel:
+    def fit(cls, samples: Sequence[tuple[int, int, float]]) -> RunCostModel:
         """Least squares on (rows, length, seconds) samples with every term >= 0: of the
         fits over each subset of terms, the best one whose terms are all non-negative
         (a noisy machine can otherwise make the small quadratic term negative)."""
@@ -77,14 +77,14 @@ class CostModel:
         return cls(*(float(t) for t in best[1]))
 
     @classmethod
-    def from_parameters(cls, parameters: dict[str, str]) -> CostModel | None:
+    def from_parameters(cls, parameters: dict[str, str]) -> RunCostModel | None:
         """Terms pinned in the config (`split_cost_per_run_us`, `split_cost_per_token_us`,
-        optional `split_cost_per_token_pair_ns`); None when not given (calibrate instead)."""
+        optional `split_cost_per_token_pair_ns`); None when not given (calibrate_run_cost instead)."""
         run, token = parameters.get("split_cost_per_run_us"), parameters.get("split_cost_per_token_us")
         if run is None and token is None:
             return None
         if run is None or token is None:
-            raise ValueError("give both split_cost_per_run_us and split_cost_per_token_us, or neither (calibrate)")
+            raise ValueError("give both split_cost_per_run_us and split_cost_per_token_us, or neither (calibrate_run_cost)")
         try:
             pair = float(parameters.get("split_cost_per_token_pair_ns", "0"))
             return cls(float(run) * 1e-6, float(token) * 1e-6, pair * 1e-9)
@@ -103,12 +103,12 @@ class CostModel:
         )
 
 
-def calibrate(
+def calibrate_run_cost(
     run: Callable[[int, int], object],
     shapes: Sequence[tuple[int, int]] = CALIBRATION_SHAPES,
     rounds: int = 3,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[CostModel, list[tuple[int, int, float]]]:
+) -> tuple[RunCostModel, list[tuple[int, int, float]]]:
     """Time `run(rows, length)` at each shape (after one untimed run each) and fit the curve.
     Shapes are interleaved round by round, so a burst of load from other processes hits
     all of them alike, and the fastest round counts: other processes only ever add time."""
@@ -121,16 +121,16 @@ def calibrate(
             run(*shape)
             fastest[shape] = min(fastest[shape], clock() - started)
     samples = [(rows, length, fastest[(rows, length)]) for rows, length in shapes]
-    return CostModel.fit(samples), samples
+    return RunCostModel.fit(samples), samples
 
 
-def fit_trimmed(samples: Sequence[tuple[int, int, float]], keep: float = 0.8) -> CostModel:
+def fit_trimmed(samples: Sequence[tuple[int, int, float]], keep: float = 0.8) -> RunCostModel:
     """Fit, drop the samples the fit most underestimates (runs slowed by other work on the
     machine: contention only adds time), fit again on the `keep` share left."""
-    first = CostModel.fit(samples)
+    first = RunCostModel.fit(samples)
     residuals = [seconds - first.cost(rows, length) for rows, length, seconds in samples]
     kept = [sample for _, sample in sorted(zip(residuals, samples), key=lambda pair: pair[0])]
-    return CostModel.fit(kept[: max(2, int(len(kept) * keep))])
+    return RunCostModel.fit(kept[: max(2, int(len(kept) * keep))])
 
 
 class CostTracker:
@@ -140,7 +140,7 @@ class CostTracker:
     one instead of ~10x, which makes the planner join everything); hundreds of served
     runs of varied shapes, trimmed of the ones slowed by contention, correct it."""
 
-    def __init__(self, initial: CostModel, adaptive: bool = True, window: int = 512, refit_every: int = 64, min_samples: int = 32):
+    def __init__(self, initial: RunCostModel, adaptive: bool = True, window: int = 512, refit_every: int = 64, min_samples: int = 32):
         self.model = initial
         self.adaptive = adaptive
         self.window, self.refit_every, self.min_samples = window, refit_every, min_samples
@@ -179,7 +179,7 @@ def row_lengths(mask: np.ndarray) -> np.ndarray:
     return np.where(attended.any(axis=1), last, 1).astype(np.int64)
 
 
-def plan_runs(lengths: Sequence[int], cost: CostModel, max_rows: int = 0) -> list[list[int]]:
+def plan_runs(lengths: Sequence[int], cost: RunCostModel, max_rows: int = 0) -> list[list[int]]:
     """Row indices grouped into session runs, shortest run first, minimising the summed
     cost (each run padded to its longest row). `max_rows` > 0 caps rows per run. On a
     tie the plan with fewer, larger runs wins."""
@@ -207,7 +207,7 @@ class SplitExecution:
     planned into sub-runs; collects each sub-run's outputs and says when a request is
     complete, so its response can leave before the longer sub-runs have run."""
 
-    def __init__(self, requests: Sequence[dict[str, np.ndarray]], mask_name: str, cost: CostModel, max_rows: int = 0) -> None:
+    def __init__(self, requests: Sequence[dict[str, np.ndarray]], mask_name: str, cost: RunCostModel, max_rows: int = 0) -> None:
         self.requests = list(requests)
         self.owner: list[tuple[int, int]] = []  # flat row -> (request position, row in it)
         lengths: list[int] = []

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tools.contract import TOKEN_INPUTS as INPUT_NAMES
-from tools.load.engine import Prepared, drive
+from tools.load.driver import Prepared, drive
 from tools.load.mix import Request
 from tools.load.results import LatencySummary
 from tools.load.schedules import Phase
@@ -41,13 +41,13 @@ def token_batch(batch_size: int, sequence_length: int, seed: int = 0) -> dict[st
 
 
 @dataclass(frozen=True)
-class EnginePoint:
+class RawCurvePoint:
     batch_size: int
     rows_per_s: float
     execution_ms: float
 
 
-def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds: float = 1.0) -> list[EnginePoint]:
+def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds: float = 1.0) -> list[RawCurvePoint]:
     points = []
     for size in batch_sizes:
         feeds = token_batch(size, sequence_length)
@@ -56,7 +56,7 @@ def raw_curve(session, sequence_length: int, batch_sizes: list[int], min_seconds
         while (elapsed := time.perf_counter() - started) < min_seconds or runs < 2:
             session.run(None, feeds)
             runs += 1
-        points.append(EnginePoint(size, size * runs / elapsed, elapsed / runs * 1000))
+        points.append(RawCurvePoint(size, size * runs / elapsed, elapsed / runs * 1000))
     return points
 
 
@@ -118,7 +118,7 @@ class InProcessResult:
 
 
 class NaiveSender:
-    """The load engine's Sender for the in-process batcher: every request one row of token ids."""
+    """The load driver's Sender for the in-process batcher: every request one row of token ids."""
 
     def __init__(self, batcher: NaiveBatcher, sequence_length: int) -> None:
         self.batcher, self.feeds = batcher, token_batch(1, sequence_length)
@@ -139,7 +139,7 @@ class NaiveSender:
 def drive_naive(
     batcher: NaiveBatcher, sequence_length: int, traffic: Traffic, warmup_s: float = 1.0, seconds: float = 6.0
 ) -> InProcessResult:
-    """One load level (closed or open loop) on the load engine; the warm-up is not counted."""
+    """One load level (closed or open loop) on the load driver; the warm-up is not counted."""
     run = drive(NaiveSender(batcher, sequence_length), [Phase(traffic.schedule(), warmup_s + seconds)], traffic.mix(), seed=traffic.seed)
     results = run.results(warmup_s, warmup_s + seconds)
     batch_sizes = batcher.batches[len(batcher.batches) // 4 :] or [0]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -19,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from gateway.settings import DEFAULT_PORT
+from gateway.settings import DEFAULT_PORT, OPTIONS, GatewaySettings, SettingsError
 from tools.paths import REPO_ROOT
-from tools.serve.local_triton import port_in_use
-from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.ports import port_in_use
+from tools.serve.process_group import stop_process_group
+from tools.triton_client.readiness import wait_for_http_ok
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,17 @@ class GatewayProcess:
     log_path: Path | None = None
     env: dict[str, str] | None = None
     process: subprocess.Popen | None = field(default=None, init=False)
+
+    @classmethod
+    def for_settings(cls, settings: GatewaySettings, log_path: Path | None = None) -> GatewayProcess:
+        """A child that runs with `settings`: they travel as `python -m gateway` options
+        (GatewaySettings.to_cli_args), never as a string to split."""
+        others = settings.to_cli_args()
+        for flag in ("--triton-url", "--host", "--port"):
+            if flag in others:
+                index = others.index(flag)
+                del others[index : index + 2]
+        return cls(settings.triton_url, settings.host, settings.port, tuple(others), log_path)
 
     @property
     def url(self) -> str:
@@ -125,31 +136,45 @@ class GatewayProcess:
 # ---- the hook for `python -m tools.serve` ---------------------------------------------
 
 
+PREFIX = "gateway-"  # tools.serve's flags for the gateway: --gateway-port, --gateway-api-key-file, ...
+SET_BY_SERVE = ("triton-url", "host")  # the gateway reaches the Triton serve started, and binds where Triton binds
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    """`--gateway/--no-gateway` and the gateway's own options (gateway/settings.py declares
+    them once; here they carry the `--gateway-` prefix)."""
+    group = parser.add_argument_group("gateway (local runtime; Docker runs it as docker/compose.gateway.yaml says)")
+    group.add_argument(
         "--gateway",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run the OpenAI-compatible gateway (POST /v1/embeddings); --no-gateway: Triton only",
     )
-    parser.add_argument("--gateway-port", type=int, default=DEFAULT_PORT, help="the gateway's port (default %(default)s)")
-    parser.add_argument(
-        "--gateway-args",
-        default=None,
-        help='local runtime only: more `python -m gateway` options, e.g. "--api-key-file KEYS" (Docker: GATEWAY_API_KEYS)',
-    )
+    GatewaySettings.add_cli_args(group, prefix=PREFIX, skip=SET_BY_SERVE)
+
+
+def given_gateway_flags(args: argparse.Namespace) -> list[str]:
+    """The --gateway-* flags set to something else than their default, but --gateway-port."""
+    defaults = GatewaySettings()
+    return [
+        f"--{PREFIX}{option.flag}"
+        for option in OPTIONS
+        if option.flag not in (*SET_BY_SERVE, "port") and getattr(args, option.dest(PREFIX)) != getattr(defaults, option.field)
+    ]
 
 
 def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int) -> GatewayProcess | None:
-    """None with --no-gateway; refuses an unusable or taken port before anything starts.
+    """None with --no-gateway; refuses bad settings or a taken port before anything starts.
     The gateway binds where Triton binds and reaches Triton's gRPC port on loopback."""
     if not args.gateway:
         return None
-    if not 0 < args.gateway_port < 65536:
-        raise GatewayStartError(f"--gateway-port must be 1-65535, not {args.gateway_port}")
-    if port_in_use(host, args.gateway_port):
-        raise GatewayStartError(f"gateway port {args.gateway_port} on {host} is already in use; choose another with --gateway-port")
-    return GatewayProcess(f"127.0.0.1:{triton_grpc_port}", host, args.gateway_port, tuple(shlex.split(args.gateway_args or "")))
+    try:
+        settings = GatewaySettings.from_cli_args(args, PREFIX, triton_url=f"127.0.0.1:{triton_grpc_port}", host=host)
+    except SettingsError as exc:
+        raise GatewayStartError(str(exc).replace("--", f"--{PREFIX}", 1)) from None
+    if port_in_use(host, settings.port):
+        raise GatewayStartError(f"gateway port {settings.port} on {host} is already in use; choose another with --gateway-port")
+    return GatewayProcess.for_settings(settings)
 
 
 def describe(gateway: GatewayProcess) -> tuple[str, ...]:

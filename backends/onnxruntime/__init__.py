@@ -1,0 +1,1 @@
+"""The Python-based `onnxruntime` backend: configs that say `platform: "onnxruntime_onnx"` run here unchanged."""
