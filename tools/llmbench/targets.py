@@ -97,7 +97,9 @@ class LlamaServerTarget:
             str(self.binary),
             *("-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(port)),
             *("--parallel", str(self.parallel), "--ctx-size", str(self.context), "--threads", str(self.threads)),
-            "--kv-unified",
+            "--kv-unified",  # one KV pool shared by the slots, as our paged cache is
+            *("--cache-ram", "0"),  # no prompt cache across requests: our engine has none either
+            "--no-webui",
             *self.extra_args,
         ]
 
