@@ -47,7 +47,7 @@ FAMILIES: dict[str, tuple[str, str, list[float] | None]] = {
 class LlmMetrics:
     """A LoopObserver writing the families above, labelled with the model and version."""
 
-    def __init__(self, pb_utils: ModuleType, labels: Mapping[str, str], background: bool = True) -> None:
+    def __init__(self, pb_utils: ModuleType, labels: Mapping[str, str], background: bool = True, idle_refresh_s: float = 0.2) -> None:
         family_class = pb_utils.MetricFamily
         self._logger = getattr(pb_utils, "Logger", None)
         self.failures = 0
@@ -63,6 +63,9 @@ class LlmMetrics:
             family = self._families[name]
             self._metrics[name] = family.Metric(labels=self._labels, buckets=buckets) if buckets else family.Metric(labels=self._labels)
         self._by_reason: dict[str, object] = {}
+        self._snapshot: Callable[[], dict] | None = None
+        self._load: tuple[int, int, float] | None = None
+        self._idle_refresh_s = idle_refresh_s
         self._queue: queue.SimpleQueue[Callable[[], None] | None] | None = None
         self._thread: threading.Thread | None = None
         if background:
@@ -81,6 +84,12 @@ class LlmMetrics:
         """The gauges, from a step's stats or from the loop's snapshot when it goes idle."""
         self._submit(lambda: self._record_load(running, waiting, kv_blocks_used, kv_blocks_total))
 
+    def watch(self, snapshot: Callable[[], dict]) -> None:
+        """Refresh the gauges from `snapshot` (EngineLoop.snapshot) whenever nothing was queued
+        for `idle_refresh_s`: a step reports the load before it retires its finished requests,
+        so after the last step of a burst only the snapshot shows the slots and blocks freed."""
+        self._snapshot = snapshot
+
     def close(self, timeout_s: float = 5.0) -> None:
         """Write what is queued, then stop the writer thread."""
         if self._queue is not None and self._thread is not None:
@@ -98,11 +107,15 @@ class LlmMetrics:
             m["vllm:num_preemptions_total"].increment(stats.preemptions)
         self._record_load(stats.running, stats.waiting, stats.kv_blocks_used, stats.kv_blocks_total)
 
-    def _record_load(self, running: int, waiting: int, used: int, total: int) -> None:
+    def _record_load(self, running: int, waiting: int, kv_blocks_used: int, kv_blocks_total: int) -> None:
+        load = (running, waiting, kv_blocks_used / kv_blocks_total if kv_blocks_total else 0.0)
+        if load == self._load:
+            return  # every set is a round trip to Triton; an idle server polls this often
+        self._load = load
         m = self._metrics
-        m["vllm:num_requests_running"].set(running)
-        m["vllm:num_requests_waiting"].set(waiting)
-        m["vllm:kv_cache_usage_perc"].set(used / total if total else 0.0)
+        m["vllm:num_requests_running"].set(load[0])
+        m["vllm:num_requests_waiting"].set(load[1])
+        m["vllm:kv_cache_usage_perc"].set(load[2])
 
     def _record_finished(self, timings: RequestTimings) -> None:
         m = self._metrics
@@ -131,8 +144,18 @@ class LlmMetrics:
         else:
             self._queue.put(record)
 
+    def _refresh(self) -> None:
+        if self._snapshot is not None:
+            self._record_load(**self._snapshot())
+
     def _write(self) -> None:
-        while (record := self._queue.get()) is not None:
+        while True:
+            try:
+                record = self._queue.get(timeout=self._idle_refresh_s)
+            except queue.Empty:
+                record = self._refresh
+            if record is None:
+                return
             try:
                 record()
             except Exception as exc:  # a metric must never stop the writer (nor the engine): say so once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -39,6 +40,12 @@ def stats(**overrides) -> StepStats:
         preemptions=1,
     )
     return StepStats(**{**values, **overrides})
+
+
+def wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def only(families, name: str):
@@ -90,3 +97,24 @@ def test_the_writer_thread_records_everything_queued_before_close(families) -> N
 def test_an_empty_cache_reads_zero_usage(families) -> None:
     metrics().set_load(0, 0, 0, 0)
     assert only(families, "vllm:kv_cache_usage_perc").value() == 0.0
+
+
+def test_an_idle_writer_refreshes_the_gauges_from_the_loop_snapshot(families) -> None:
+    """A step reports its load before retiring finished requests; the snapshot shows them gone."""
+    recorder = metrics(background=True)
+    running = only(families, "vllm:num_requests_running")
+    recorder.on_step(stats(running=1, kv_blocks_used=10))
+    wait_for(lambda: running.value() == 1)
+    recorder.watch(lambda: {"running": 0, "waiting": 0, "kv_blocks_used": 0, "kv_blocks_total": 100})
+    wait_for(lambda: running.value() == 0)
+    recorder.close()
+    assert running.value() == 0 and only(families, "vllm:kv_cache_usage_perc").value() == 0.0
+
+
+def test_a_failing_metric_is_logged_once_and_the_writer_goes_on(families) -> None:
+    recorder = metrics(background=True)
+    recorder.set_load(1, 0, 0, "not a number")  # fails inside the writer
+    recorder.on_step(stats())
+    recorder.close()
+    assert recorder.failures == 1
+    assert only(families, "llm:step_prefill_tokens").observed == [40]

@@ -42,7 +42,10 @@ def _first(request, name: str):
     if tensor is None:
         return None
     array = tensor.as_numpy().reshape(-1)
-    return array[0].item() if array.size else None
+    if not array.size:
+        return None
+    value = array[0]  # bytes for TYPE_STRING, numpy.bool_ for TYPE_BOOL
+    return value.item() if isinstance(value, np.generic) else value
 
 
 class TritonPythonModel:
@@ -61,6 +64,8 @@ class TritonPythonModel:
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.metrics = LlmMetrics(pb_utils, labels) if hasattr(pb_utils, "MetricFamily") else None
         self.loop = EngineLoop(executor, self.scheduler_config, self.tokenizer, observer=self.metrics)
+        if self.metrics is not None:
+            self.metrics.watch(self.loop.snapshot)
         self.loop.start()
         self._ids = itertools.count()
         pb_utils.Logger.log_info(
@@ -89,6 +94,8 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(error=_error(f"server busy: {exc}", "UNAVAILABLE")), flags=FINAL)
         except (RequestError, ValueError) as exc:
             sender.send(pb_utils.InferenceResponse(error=_error(str(exc), "INVALID_ARG")), flags=FINAL)
+        except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
+            sender.send(pb_utils.InferenceResponse(error=_error(f"cannot serve the request: {exc}", "INTERNAL")), flags=FINAL)
 
     def _responder(self, parsed: ParsedRequest, sender):
         plan = ResponsePlan(parsed)
