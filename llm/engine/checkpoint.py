@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-CONFIG_NAME = "llm_config.json"
-WEIGHTS_NAME = "model.safetensors"
+from llm.artifacts import CONFIG_FILE as CONFIG_NAME
+from llm.artifacts import WEIGHTS_FILE as WEIGHTS_NAME
 
 
 @dataclass(frozen=True)
