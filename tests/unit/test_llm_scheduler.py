@@ -238,3 +238,21 @@ def test_a_config_whose_budget_cannot_hold_one_token_per_sequence_is_refused() -
         Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4), block_size=4, num_blocks=8, max_model_len=64)
     with pytest.raises(ValueError, match="mode"):
         Scheduler(SchedulerConfig(mode="batch"), block_size=4, num_blocks=8, max_model_len=64)
+
+
+def test_under_priority_a_more_important_arrival_displaces_the_lowest_ranked_running_sequence() -> None:
+    config = SchedulerConfig(policy="priority", max_num_seqs=2, max_num_batched_tokens=64)
+    driver = Driver(config, num_blocks=64)
+    early = driver.add([1, 2], max_tokens=20, priority=5, arrival=0.0)
+    late = driver.add([3, 4], max_tokens=20, priority=5, arrival=1.0)
+    driver.step()
+    peer = driver.add([5, 6], max_tokens=2, priority=5, arrival=2.0)
+    plan = driver.step()
+    assert plan.preempted == () and peer.status is SequenceStatus.WAITING  # equal priority waits its turn
+    urgent = driver.add([7, 8], max_tokens=2, priority=0, arrival=3.0)
+    plan = driver.step()
+    assert plan.preempted == (late,) and set(ids(plan)) == {early.seq_id, urgent.seq_id}
+    driver.run()
+    assert driver.finished.index(urgent) < driver.finished.index(late)
+    for seq in driver.seqs:
+        assert seq.output_token_ids == reference_tokens(seq.token_ids[: seq.num_prompt_tokens], seq.request.params.max_tokens)
