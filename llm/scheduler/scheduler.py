@@ -63,6 +63,13 @@ class StepPlan:
         return tuple(seq for chunk, seq in zip(self.chunks, self.seqs) if chunk.sample)
 
 
+@dataclass
+class _Entry:
+    seq: Sequence
+    count: int  # tokens fed this step
+    decode: bool
+
+
 class Scheduler:
     def __init__(self, config: SchedulerConfig, *, block_size: int, num_blocks: int, max_model_len: int) -> None:
         if config.mode not in MODES:
@@ -149,15 +156,14 @@ class Scheduler:
             return StepPlan((), ())
         if self.config.mode != "iteration" and not self._batch:
             self._form_batch()
-        budget = self.config.max_num_batched_tokens
-        plan: list[tuple[Sequence, int]] = []
-        decodes: list[bool] = []
+        plan: list[_Entry] = []
         preempted: list[Sequence] = []
         pending = sorted(self.running, key=lambda s: (not s.is_decoding, self._key(s)))
         unscheduled = set(id(s) for s in pending)
         for seq in pending:
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this step
+            budget = self._budget_left(plan)
             if budget == 0 or len(plan) >= self.config.max_num_seqs:
                 break
             count = 1 if seq.is_decoding else min(seq.num_uncomputed, self.config.long_prefill_token_threshold, budget)
@@ -171,34 +177,64 @@ class Scheduler:
                 continue
             self.blocks.grow(seq.block_table, seq.num_computed_tokens + count)
             unscheduled.discard(id(seq))
-            plan.append((seq, count))
-            decodes.append(seq.is_decoding)
-            budget -= count
-        if not preempted:
-            self._admit(plan, budget, now)
-        chunks = tuple(self._chunk(seq, count) for seq, count in plan)
-        decodes += [False] * (len(plan) - len(decodes))
-        return StepPlan(chunks, tuple(seq for seq, _ in plan), tuple(decodes), tuple(preempted))
+            plan.append(_Entry(seq, count, seq.is_decoding))
+        if not preempted:  # out of blocks for running sequences: admitting more would only thrash
+            self._admit(plan, preempted, now)
+        return StepPlan(
+            tuple(self._chunk(entry.seq, entry.count) for entry in plan),
+            tuple(entry.seq for entry in plan),
+            tuple(entry.decode for entry in plan),
+            tuple(preempted),
+        )
 
-    def _admit(self, plan: list[tuple[Sequence, int]], budget: int, now: float) -> None:
+    def _budget_left(self, plan: list[_Entry]) -> int:
+        return self.config.max_num_batched_tokens - sum(entry.count for entry in plan)
+
+    def _admit(self, plan: list[_Entry], preempted: list[Sequence], now: float) -> None:
         """Move waiting sequences to running while the budget, the caps and the KV blocks allow;
-        the head that does not fit blocks the ones behind it (no overtaking)."""
+        the head that does not fit blocks the ones behind it (no overtaking). Under `priority`
+        (iteration mode) a head that does not fit displaces running sequences that rank below it."""
+        displaced = {id(seq) for seq in preempted}
         for seq in list(self.waiting):
-            if budget == 0 or len(self.running) >= self.max_batch or len(plan) >= self.config.max_num_seqs:
-                break
+            if id(seq) in displaced:
+                continue  # preempted in this step: it resumes in a later one
             if self.config.mode != "iteration" and seq.seq_id not in self._batch:
                 continue
-            count = min(seq.num_uncomputed, self.config.long_prefill_token_threshold, budget)
-            if not self.blocks.can_grow(seq.block_table, seq.num_computed_tokens + count):
+            if not self._has_room(seq, plan) and not self._displace_for(seq, plan, preempted, displaced):
                 break
+            count = min(seq.num_uncomputed, self.config.long_prefill_token_threshold, self._budget_left(plan))
             self.waiting.remove(seq)
             self.blocks.grow(seq.block_table, seq.num_computed_tokens + count)
             seq.status = SequenceStatus.RUNNING
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
             self.running.append(seq)
-            plan.append((seq, count))
-            budget -= count
+            plan.append(_Entry(seq, count, False))
+
+    def _has_room(self, seq: Sequence, plan: list[_Entry]) -> bool:
+        budget = self._budget_left(plan)
+        if budget <= 0 or len(self.running) >= self.max_batch or len(plan) >= self.config.max_num_seqs:
+            return False
+        count = min(seq.num_uncomputed, self.config.long_prefill_token_threshold, budget)
+        return self.blocks.can_grow(seq.block_table, seq.num_computed_tokens + count)
+
+    def _displace_for(self, seq: Sequence, plan: list[_Entry], preempted: list[Sequence], displaced: set[int]) -> bool:
+        """Priority preemption (vLLM's priority policy): preempt the lowest-ranked running
+        sequences, while they rank below `seq`, until it fits. Equal priorities never displace
+        each other (the later arrival ranks below), so this cannot ping-pong."""
+        if self.config.policy != "priority" or self.config.mode != "iteration":
+            return False
+        while not self._has_room(seq, plan):
+            if not self.running:
+                return False
+            victim = max(self.running, key=self._key)
+            if self._key(victim) <= self._key(seq):
+                return False
+            plan[:] = [entry for entry in plan if entry.seq is not victim]
+            self._preempt(victim)
+            preempted.append(victim)
+            displaced.add(id(victim))
+        return True
 
     def _form_batch(self) -> None:
         """Request and none modes: the next batch is the head of the waiting queue."""

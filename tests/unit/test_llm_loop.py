@@ -241,3 +241,57 @@ def test_the_thread_serves_requests_and_stop_ends_the_open_ones_with_an_error() 
     assert endless.is_set()
     with pytest.raises(RuntimeError, match="stopped"):
         loop.submit(request("late", [1], max_tokens=1), recorder.callback)
+
+
+def test_the_loop_reproduces_the_engines_greedy_tokens_for_concurrent_requests() -> None:
+    """The real engine on a tiny random Llama: concurrent requests, chunked prefills and
+    preemptions on a tight KV cache give each request the tokens of transformers' greedy
+    decoding of that request alone."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from llm.contract import EngineConfig
+    from llm.engine import LlamaDims, LlamaExecutor
+    from llm.engine.checkpoint import fuse_hf_state_dict
+
+    torch.manual_seed(0)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=1,
+    )
+    hf_model = transformers.LlamaForCausalLM(hf_config).eval()
+    dims = LlamaDims.from_hf_config(hf_config)
+    block_bytes = 2 * dims.num_layers * 4 * dims.num_kv_heads * dims.head_dim * 4
+    engine_config = EngineConfig(block_size=4, kv_cache_bytes=16 * block_bytes, max_model_len=128)
+    executor = LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), engine_config)
+    assert executor.num_blocks == 16
+
+    def greedy_alone(prompt: list[int], max_tokens: int) -> list[int]:
+        tokens = list(prompt)
+        with torch.no_grad():
+            for _ in range(max_tokens):
+                tokens.append(int(hf_model(torch.tensor([tokens])).logits[0, -1].argmax()))
+        return tokens[len(prompt) :]
+
+    recorder = Recorder()
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, long_prefill_token_threshold=8)
+    loop = EngineLoop(executor, config, FakeTokenizer(), recorder)
+    generator = torch.Generator().manual_seed(5)
+    prompts = {f"p{i}": torch.randint(3, 97, (5 + 4 * i,), generator=generator).tolist() for i in range(5)}
+    for request_id, prompt in prompts.items():
+        loop.submit(request(request_id, prompt, max_tokens=14, ignore_eos=True), recorder.callback)
+    drain(loop)
+    assert sum(step.preemptions for step in recorder.steps) > 0, "precondition: the KV cache forced a preemption"
+    assert max(step.decode_seqs for step in recorder.steps) > 1 and max(step.prefill_tokens for step in recorder.steps) > 0
+    for request_id, prompt in prompts.items():
+        assert recorder.tokens(request_id) == greedy_alone(prompt, 14), request_id

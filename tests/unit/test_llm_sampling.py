@@ -67,3 +67,16 @@ def test_below_min_tokens_eos_cannot_be_sampled() -> None:
     early = SamplingRow(SamplingParams(temperature=0, min_tokens=2), num_output_tokens=1)
     due = SamplingRow(SamplingParams(temperature=0, min_tokens=2), num_output_tokens=2)
     assert Sampler(frozenset({EOS})).sample(logits, [early, due]) == [1, EOS]
+
+
+def test_a_nucleus_wider_than_the_candidates_is_still_exact() -> None:
+    logits = torch.zeros(400, 1000)  # flat: top_p 0.5 keeps 500 tokens, far more than the candidates
+    logits[:, 500:] = -1.0  # the better half
+    tokens = Sampler(frozenset()).sample(-logits, [row(top_p=0.5) for _ in range(400)])
+    assert all(t >= 500 for t in tokens) and len(set(tokens)) > 100
+
+
+def test_top_k_then_top_p_renormalise_over_the_k_best() -> None:
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])  # top_k 2 -> 0.57 / 0.43: top_p 0.5 keeps only the best
+    tokens = Sampler(frozenset()).sample(probs.log().repeat(200, 1), [row(top_k=2, top_p=0.5) for _ in range(200)])
+    assert set(tokens) == {0}

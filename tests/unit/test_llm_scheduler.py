@@ -238,3 +238,53 @@ def test_a_config_whose_budget_cannot_hold_one_token_per_sequence_is_refused() -
         Scheduler(SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=4), block_size=4, num_blocks=8, max_model_len=64)
     with pytest.raises(ValueError, match="mode"):
         Scheduler(SchedulerConfig(mode="batch"), block_size=4, num_blocks=8, max_model_len=64)
+
+
+def test_under_priority_a_more_important_arrival_displaces_the_lowest_ranked_running_sequence() -> None:
+    config = SchedulerConfig(policy="priority", max_num_seqs=2, max_num_batched_tokens=64)
+    driver = Driver(config, num_blocks=64)
+    early = driver.add([1, 2], max_tokens=20, priority=5, arrival=0.0)
+    late = driver.add([3, 4], max_tokens=20, priority=5, arrival=1.0)
+    driver.step()
+    peer = driver.add([5, 6], max_tokens=2, priority=5, arrival=2.0)
+    plan = driver.step()
+    assert plan.preempted == () and peer.status is SequenceStatus.WAITING  # equal priority waits its turn
+    urgent = driver.add([7, 8], max_tokens=2, priority=0, arrival=3.0)
+    plan = driver.step()
+    assert plan.preempted == (late,) and set(ids(plan)) == {early.seq_id, urgent.seq_id}
+    driver.run()
+    assert driver.finished.index(urgent) < driver.finished.index(late)
+    for seq in driver.seqs:
+        assert seq.output_token_ids == reference_tokens(seq.token_ids[: seq.num_prompt_tokens], seq.request.params.max_tokens)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_traffic_on_a_tight_kv_cache_keeps_every_invariant(policy: str, seed: int) -> None:
+    """Arrivals, cancellations, preemptions and displacements at random: plans stay in budget,
+    no block is shared (the fake asserts it), every survivor gets the reference tokens, and
+    every block comes back."""
+    rng = random.Random(seed)
+    config = SchedulerConfig(policy=policy, max_num_seqs=6, max_num_batched_tokens=20, long_prefill_token_threshold=8)
+    driver = Driver(config, num_blocks=14, block_size=4)
+    cancelled: set[int] = set()
+    preemptions = 0
+    for step in range(400):
+        if step < 250 and rng.random() < 0.3:
+            driver.add([rng.randrange(1, 40) for _ in range(rng.randint(1, 20))], max_tokens=rng.randint(1, 12), priority=rng.randint(0, 2))
+        if rng.random() < 0.03:
+            open_seqs = [s for s in driver.seqs if s.status is not SequenceStatus.FINISHED]
+            if open_seqs:
+                victim = rng.choice(open_seqs)
+                driver.scheduler.finish(victim)
+                cancelled.add(victim.seq_id)
+        plan = driver.step()
+        preemptions += len(plan.preempted)
+        assert plan.num_tokens <= 20 and len(plan.chunks) <= 6
+        assert len(driver.scheduler.running) <= 6
+    driver.run()
+    assert preemptions > 0, "the cache was not tight enough to exercise preemption"
+    for seq in driver.seqs:
+        if seq.seq_id not in cancelled:
+            assert seq.output_token_ids == reference_tokens(seq.token_ids[: seq.num_prompt_tokens], seq.request.params.max_tokens)
+    assert driver.scheduler.blocks.num_free == 14
