@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from llm.artifacts import CONFIG_FILE
 from llm.contract import GenerationRequest, RequestOutput
 from llm.engine import LlamaExecutor
 from llm.loop import EngineLoop, QueueFullError
@@ -55,7 +56,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("the llm model streams: set model_transaction_policy { decoupled: true }")
         self.scheduler_config, self.engine_config = parse_knobs(parameters_from_json(config))
         folder = Path(args["model_repository"]) / args["model_version"]
-        if not (folder / "config.json").is_file():
+        if not (folder / CONFIG_FILE).is_file():
             raise pb_utils.TritonModelException(f"no exported checkpoint in {folder}; run `make export`")
         started = time.monotonic()
         self.tokenizer = LlmTokenizer.from_folder(folder)
