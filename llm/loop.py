@@ -166,8 +166,8 @@ class EngineLoop:
         self._take_in()
         self._poll_cancellations()
         plan = self.scheduler.schedule(self._clock() if now is None else now)
+        self._publish()  # submit() bounds the waiting queue by this count while the step runs
         if plan.empty:
-            self._publish()
             return False
         started = self._clock()
         try:
