@@ -3,7 +3,7 @@
 - TritonStreamClient: gRPC bidirectional streaming (tritonclient.grpc.aio) to a model with
   the I/O of Triton's vLLM backend (our `llm`): one stream per request, the request's tokens
   counted from `num_output_tokens` (a response may carry several), the end marked by the
-  response that carries `finish_reason`.
+  response whose `finish_reason` is set (every response carries one, "None" until the last).
 - OpenAIStreamClient: `POST /v1/completions` with `stream: true` and the raw prompt
   (llama.cpp's llama-server, vLLM, any OpenAI-compatible server): one SSE chunk per token,
   token counts checked against the final `usage`. A new connection per request: llama-server
@@ -102,9 +102,9 @@ class TritonStreamClient:
                 tokens_in = result.as_numpy("num_input_tokens")
                 if tokens_in is not None:
                     record.tokens_in = int(tokens_in.reshape(-1)[0])
-                reason = result.as_numpy("finish_reason")
-                if reason is not None:  # only the final response carries it
-                    record.finish_reason = _text(reason)
+                reason = _text(result.as_numpy("finish_reason"))
+                if reason not in NOT_FINISHED:  # as the vLLM backend, every response carries it: "None" until the last
+                    record.finish_reason = reason
                     record.end_s = now
                     return
             raise StreamError("the stream ended without a final response")
@@ -113,7 +113,12 @@ class TritonStreamClient:
             responses.cancel()  # after a final response a no-op for the server; otherwise it cancels the request
 
 
-def _text(array: np.ndarray) -> str:
+NOT_FINISHED = ("", "None")
+
+
+def _text(array: np.ndarray | None) -> str:
+    if array is None or not array.size:
+        return ""
     value = array.reshape(-1)[0]
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
