@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.llmbench.__main__ import FULL, QUICK, build_parser, plan_of, selected_targets
+from tools.llmbench.__main__ import FULL, QUICK, append_to, build_parser, plan_of, selected_targets
 from tools.llmbench.report import comparisons, render_markdown, write_report
 from tools.llmbench.targets import LlamaServerTarget
 from tools.load.schedules import ClosedLoop, Poisson
@@ -55,7 +55,14 @@ def report() -> dict:
         "cpu": {"model": "AMD EPYC", "cores": 2, "flags": ["avx2"]},
         "load_average": 3.1,
         "runs": 1,
-        "workload": {"description": "1000 requests (seed 0)", "mean_prompt_tokens": 250.0, "mean_output_tokens": 80.0},
+        "workload": {
+            "description": "1000 requests (seed 0)",
+            "prompt_lengths": "32-1024",
+            "output_lengths": "16-256",
+            "seed": 0,
+            "mean_prompt_tokens": 250.0,
+            "mean_output_tokens": 80.0,
+        },
         "slo": "TTFT <= 1000 ms and TPOT <= 100 ms, per request",
         "slo_ttft_s": 1.0,
         "slo_tpot_s": 0.1,
@@ -115,3 +122,32 @@ def test_llama_server_serves_the_gguf_with_its_slots_threads_and_a_unified_cache
     for flag, value in (("--parallel", "16"), ("--ctx-size", "32768"), ("--threads", "2"), ("--port", "8080"), ("--host", "127.0.0.1")):
         assert command[command.index(flag) + 1] == value
     assert "--kv-unified" in command
+
+
+def test_a_second_invocation_on_the_same_requests_and_plan_is_appended_to_the_first() -> None:
+    first = report()
+    second = {**report(), "date": "2026-12-03T19:40:00", "load_average": 5.0}
+    second["targets"] = [{"name": "llama-server", "description": "llama.cpp", "protocol": "OpenAI"}]
+    second["levels"] = [level("llama-server", "closed", 32, 0.1, 100.0, 900.0)]
+    merged = append_to(first, second)
+    assert [t["name"] for t in merged["targets"]] == ["llm iteration", "llama-server"]
+    assert merged["levels"][-1]["load"] == 32 and len(merged["levels"]) == len(first["levels"]) + 1
+    assert merged["appended"] == [{"date": "2026-12-03T19:40:00", "load_average": 5.0, "targets": ["llama-server"]}]
+    assert "- Appended: llama-server measured in a second invocation at 2026-12-03T19:40:00" in render_markdown(merged)
+
+
+@pytest.mark.parametrize(
+    ("section", "change"),
+    [("workload", {"seed": 1}), ("settings", {"seconds": 20.0}), ("slo", None)],
+)
+def test_runs_that_sent_other_requests_or_another_load_are_not_appended(section: str, change: dict | None) -> None:
+    second = report()
+    second["targets"] = [{"name": "llama-server", "description": "", "protocol": ""}]
+    second[section] = "TTFT <= 2000 ms" if change is None else {**second[section], **change}
+    with pytest.raises(ValueError, match=f"cannot append: {section}"):
+        append_to(report(), second)
+
+
+def test_a_target_measured_in_both_runs_is_not_appended_twice() -> None:
+    with pytest.raises(ValueError, match="llm iteration already measured"):
+        append_to(report(), report())

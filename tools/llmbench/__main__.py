@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -112,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="for sizing prompts (fallback: the GGUF's)",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-llm")
+    parser.add_argument(
+        "--append",
+        type=Path,
+        help="an earlier bench-llm.json of the same workload and plan: add this run's targets to it (a second invocation)",
+    )
     add_verbosity_flags(parser)
     return parser
 
@@ -252,11 +258,41 @@ def run_bench(args: argparse.Namespace) -> dict:
     }
 
 
+# What must match for two invocations to share one table: the same requests under the same load.
+COMPARABLE = (("workload", "prompt_lengths"), ("workload", "output_lengths"), ("workload", "seed"), ("settings", None), ("slo", None))
+
+
+def append_to(earlier: dict, report: dict) -> dict:
+    """`earlier` with this run's targets and levels added; ValueError when the two runs did not
+    send the same requests under the same plan and SLO (their figures would not compare)."""
+    for section, key in COMPARABLE:
+        mine, theirs = report[section], earlier.get(section)
+        if key is not None:
+            mine, theirs = mine[key], (theirs or {}).get(key)
+        if section == "settings":
+            mine, theirs = {**mine, "quick": None}, {**(theirs or {}), "quick": None}
+        if mine != theirs:
+            raise ValueError(f"cannot append: {section}{'.' + key if key else ''} differs ({theirs!r} there, {mine!r} here)")
+    clash = {t["name"] for t in report["targets"]} & {t["name"] for t in earlier["targets"]}
+    if clash:
+        raise ValueError(f"cannot append: {', '.join(sorted(clash))} already measured there")
+    invocation = {"date": report["date"], "load_average": report["load_average"], "targets": [t["name"] for t in report["targets"]]}
+    return {
+        **earlier,
+        "targets": earlier["targets"] + report["targets"],
+        "levels": earlier["levels"] + report["levels"],
+        "appended": [*earlier.get("appended", []), invocation],
+    }
+
+
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     try:
+        earlier = json.loads(args.append.read_text()) if args.append else None
         report = run_bench(args)
+        if earlier is not None:
+            report = append_to(earlier, report)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         log.error("%s", exc)
         return 2

@@ -98,6 +98,11 @@ def render_markdown(report: dict) -> str:
         f"then at most {settings['drain_s']:g} s of drain (requests still streaming then are cut, and count as not good)",
         f"- SLO: {report['slo']} (DistServe's goodput: a request counts when it met every objective); "
         "throughput and goodput divide by the level's whole duration (start to last answer)",
+        *(
+            f"- Appended: {', '.join(part['targets'])} measured in a second invocation at {part['date']} "
+            f"(same requests, same plan; load average at its start: {part['load_average']})"
+            for part in report.get("appended", [])
+        ),
         "",
         "## Targets",
         "",
@@ -105,7 +110,8 @@ def render_markdown(report: dict) -> str:
         "",
     ]
     for kind, title in (("closed", "Closed loop (concurrent streams)"), ("poisson", "Open loop (Poisson arrivals)")):
-        rows = [lv for lv in levels if lv["kind"] == kind]
+        order = {name: index for index, name in enumerate(dict.fromkeys(lv["target"] for lv in levels))}
+        rows = sorted((lv for lv in levels if lv["kind"] == kind), key=lambda lv: (lv["load"], order[lv["target"]]))
         if rows:
             lines += [f"## {title}", "", *table(rows), ""]
     compared = comparisons(levels)
