@@ -168,7 +168,8 @@ def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str
 
 async def measure_target(
     client: StreamClient, requests: Sequence[LlmRequest], plan: Plan, seed: int
-) -> list[tuple[Schedule, list[StreamRecord], float, int]]:
+) -> list[tuple[Schedule, list[StreamRecord], float, int, float | None]]:
+    """Per level: (schedule, records, duration, late sends, load average at its start)."""
     await client.open()
     try:
         for index in range(2):  # warm-up, not measured
@@ -178,13 +179,15 @@ async def measure_target(
         for number, schedule in enumerate(plan.schedules()):
             driver = LevelDriver(client, requests, plan.seconds, plan.drain_s, seed=seed + number)
             run = await driver.run(schedule)
-            runs.append((schedule, run.records, run.duration_s, run.late_sends))
+            runs.append((schedule, run.records, run.duration_s, run.late_sends, run.load_average))
         return runs
     finally:
         await client.close()
 
 
-def level_entry(target: str, schedule: Schedule, records: list[StreamRecord], duration_s: float, late_sends: int, slo: Slo) -> dict:
+def level_entry(
+    target: str, schedule: Schedule, records: list[StreamRecord], duration_s: float, late_sends: int, load: float | None, slo: Slo
+) -> dict:
     figures = LevelFigures.of(records, duration_s, slo)
     closed = isinstance(schedule, ClosedLoop)
     errors = [r.message for r in records if not r.completed and r.message]
@@ -195,6 +198,7 @@ def level_entry(target: str, schedule: Schedule, records: list[StreamRecord], du
         "label": level_label(schedule),
         **figures.as_dict(),
         "late_sends": late_sends,
+        "load_average": load,
         "first_error": errors[0] if errors else None,
     }
     log.info(

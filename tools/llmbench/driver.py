@@ -11,6 +11,7 @@ is the workload's request k for every target.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class LevelRun:
     records: list[StreamRecord] = field(default_factory=list)
     duration_s: float = 0.0  # from the level's start to its last answer (or the drain limit)
     late_sends: int = 0  # open loop: sends more than 10 ms behind their offset (the client could not keep up)
+    load_average: float | None = None  # the machine's 1-minute load average when the level started (shared machines)
 
 
 class LevelDriver:
@@ -48,7 +50,7 @@ class LevelDriver:
         self.seconds, self.drain_s, self.seed = seconds, drain_s, seed
 
     async def run(self, schedule: Schedule) -> LevelRun:
-        result = LevelRun(schedule)
+        result = LevelRun(schedule, load_average=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None)
         started = time.perf_counter()
 
         def clock() -> float:

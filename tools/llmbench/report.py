@@ -25,6 +25,7 @@ COLUMNS = (
     ("TPOT p99 ms", "tpot_p99_ms", ".1f"),
     ("ITL p99 ms", "itl_p99_ms", ".1f"),
     ("done/sent", None, ""),
+    ("load avg", "load_average", ".1f"),
     ("cut", None, ""),
 )
 
