@@ -28,7 +28,9 @@ Schedule = ClosedLoop | Poisson
 
 
 def level_label(schedule: Schedule) -> str:
-    return f"{schedule.concurrency} streams" if isinstance(schedule, ClosedLoop) else f"Poisson {schedule.rate:g} req/s"
+    if isinstance(schedule, ClosedLoop):
+        return f"{schedule.concurrency} stream{'s' if schedule.concurrency != 1 else ''}"
+    return f"Poisson {schedule.rate:g} req/s"
 
 
 @dataclass
