@@ -100,7 +100,7 @@ def render_markdown(report: dict) -> str:
         f"- SLO: {report['slo']} (DistServe's goodput: a request counts when it met every objective); "
         "throughput and goodput divide by the level's whole duration (start to last answer)",
         *(
-            f"- Appended: {', '.join(part['targets'])} measured in a second invocation at {part['date']} "
+            f"- Appended: {', '.join(part['targets'])} measured in {part.get('note', 'a second invocation')} at {part['date']} "
             f"(same requests, same plan; load average at its start: {part['load_average']})"
             for part in report.get("appended", [])
         ),
