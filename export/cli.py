@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.errors import ExportError, ParityError
+from export.llm_export import LlmExportSettings, run_llm_export
 from export.manifest import IMPLICIT_SETTINGS, MANIFEST_NAME, ExportManifest, file_digest, sources_digest, stale_reasons
 from export.precision import DEFAULT_INT8_METHOD, INT8_METHODS, PRECISIONS, PrecisionSpec
 from export.quality_gate import MIN_COSINE, MIN_NEIGHBOUR_OVERLAP, QualityGateError, QualityThresholds
@@ -81,6 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--accept-quality-loss", action="store_true", help="write a variant that fails the quality gate (the manifest records it)"
     )
     parser.add_argument("--force", action="store_true", help="export even when the artifacts are up to date")
+    LlmExportSettings.add_arguments(parser)
     add_verbosity_flags(parser)
     return parser.parse_args(argv)
 
@@ -227,7 +229,11 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args)
     try:
-        return run_export(args, PrecisionRequest.from_args(args))
+        status = run_export(args, PrecisionRequest.from_args(args))
+        llm = LlmExportSettings.from_args(args)
+        if status == 0 and llm is not None:
+            run_llm_export(llm)
+        return status
     except (ParityError, QualityGateError) as exc:  # the candidate disagrees with its reference: nothing written
         log.error("%s", exc)
         return 3

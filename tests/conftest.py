@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,12 +31,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             used = ", ".join(sorted(SERVER_FIXTURES.intersection(item.fixturenames)))
             raise pytest.UsageError(f"{item.nodeid} uses {used}: tests/unit is the tier without servers; move it to tests/integration")
 
+LLM_MODEL = "llm"
 
-def start_triton(log_path: Path, **overrides) -> LocalTriton:
-    """Start Triton on fresh free ports; a failed start raises with the log tail."""
-    missing = missing_artifacts(MODEL_REPOSITORY)
+
+def without_llm(repository: Path, folder: Path) -> Path:
+    """A view of `repository` (a link per model folder) without the LLM: the suite's ~30
+    servers start in seconds and stay small; only the LLM fixture loads it."""
+    for model_dir in sorted(repository.iterdir()):
+        if model_dir.is_dir() and model_dir.name != LLM_MODEL:
+            (folder / model_dir.name).symlink_to(model_dir.resolve(), target_is_directory=True)
+    return folder
+
+
+def start_triton(log_path: Path, with_llm: bool = False, **overrides) -> LocalTriton:
+    """Start Triton on fresh free ports; a failed start raises with the log tail. The LLM
+    is left out unless `with_llm`."""
+    missing = [path for path in missing_artifacts(MODEL_REPOSITORY) if with_llm or path.relative_to(MODEL_REPOSITORY).parts[0] != LLM_MODEL]
     if missing:
         pytest.fail(f"model repository is not exported ({missing[0]}); run `make export` (make test does it)")
+    if not with_llm:
+        repository = overrides.get("model_repository", MODEL_REPOSITORY)
+        overrides["model_repository"] = without_llm(repository, Path(tempfile.mkdtemp(prefix="models-", dir=log_path.parent)))
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=5, **overrides)
     return LocalTriton(options, log_path=log_path).start()
@@ -56,6 +72,19 @@ def explicit_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalT
     """One server in explicit model-control mode (restricted repository API, admin key) for
     the tests that reload models; each puts the committed configs back when it is done."""
     server = start_triton(tmp_path_factory.mktemp("explicit") / "triton.log", model_control_mode="explicit", load_models=("*",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """One real Triton serving only the LLM (explicit model control, `llm` loaded), shared by
+    tests/integration/test_llm_*.py."""
+    server = start_triton(
+        tmp_path_factory.mktemp("llm-triton") / "triton.log", with_llm=True, model_control_mode="explicit", load_models=(LLM_MODEL,)
+    )
     try:
         yield server
     finally:

@@ -126,8 +126,11 @@ class Logger:
 
 
 class Metric:
-    def __init__(self, family: MetricFamily, labels: dict[str, str]) -> None:
+    def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None = None) -> None:
         self.family, self.labels, self._value = family, dict(labels), 0.0
+        if (family.kind == MetricFamily.HISTOGRAM) != (buckets is not None):
+            raise ValueError("a histogram, and only a histogram, takes buckets")
+        self.buckets, self.observed = buckets, []
 
     def increment(self, value: float) -> None:
         if self.family.kind == MetricFamily.COUNTER and value < 0:
@@ -138,6 +141,11 @@ class Metric:
         if self.family.kind == MetricFamily.COUNTER:
             raise ValueError("a counter cannot be set")
         self._value = value
+
+    def observe(self, value: float) -> None:
+        if self.family.kind != MetricFamily.HISTOGRAM:
+            raise ValueError("only a histogram observes")
+        self.observed.append(value)
 
     def value(self) -> float:
         return self._value
@@ -154,8 +162,8 @@ class MetricFamily:
         self.metrics: list[Metric] = []
         MetricFamily.families[name] = self
 
-    def Metric(self, labels: dict[str, str] | None = None) -> Metric:  # Triton's name
-        metric = Metric(self, labels or {})
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # Triton's name
+        metric = Metric(self, labels or {}, buckets)
         self.metrics.append(metric)
         return metric
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
+from tools.observe.llm_summary import llm_rows
 from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig
 from tools.triton_client import MetricSample, TritonClient, TritonError
@@ -209,20 +210,25 @@ def run(argv: list[str] | None = None) -> int:
     configure_logging(args)
     try:
         client = TritonClient(args.url, metrics_url=args.metrics_url)
-        first = read_server(client)
+        first, first_samples = read_server(client), client.metrics()
         if args.interval > 0:
             log.info("measuring for %.0f s ...", args.interval)
             time.sleep(args.interval)
             rows = summary_rows(read_server(client), first)
+            generative = llm_rows(client.metrics(), first_samples, args.interval)
             title = f"Triton over the last {args.interval:.0f} s"
         else:
             rows = summary_rows(first)
+            generative = llm_rows(first_samples)
             title = "Triton since each model loaded (cumulative)"
     except TritonError as exc:
         log.error("cannot read Triton's metrics at %s / %s: %s (is the server running? `make serve`)", args.metrics_url, args.url, exc)
         return 1
     print(f"{title}; times are per request, ms")
     print(format_table(rows))
+    if generative:
+        print("\nLLM (engine steps; latency percentiles estimated from the histograms' buckets, ms)")
+        print(format_table(generative))
     warmed = [str(row["model"]) for row in rows if row["warm-up"]]
     if warmed:
         log.info(

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm.artifacts import REQUIRED_FILES as LLM_FILES
 from tools.repo.model_config import CONFIG_NAME, ModelConfig, load_config
 
 DEFAULT_MODEL_FILES = {"onnxruntime_onnx": "model.onnx", "tensorrt_plan": "model.plan"}
+LLM_MODEL = "llm"  # the Python model `python -m export` writes the LLM checkpoint into (its --llm default)
 
 
 def required_files(config: ModelConfig) -> list[str]:
@@ -32,7 +34,7 @@ def missing_artifacts(repository: Path) -> list[Path]:
     missing: list[Path] = []
     for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
         config = load_config(model_dir)
-        files = required_files(config)
+        files = required_files(config) + (list(LLM_FILES) if model_dir.name == LLM_MODEL and config.backend == "python" else [])
         versions = version_folders(model_dir)
         if files and not versions:
             missing.append(model_dir / "1")

@@ -344,9 +344,18 @@ class LocalTriton:
         self.stop()
 
 
+LLM_EXAMPLE = '{"text_input": "What is the capital of France?", "sampling_parameters": "{\\"max_tokens\\": 32}"}'
+
+
 def describe_endpoints(options: ServerOptions) -> Sequence[str]:
-    return (
+    lines = [
         f"HTTP     http://{options.http_url}   (try: curl {options.http_url}/v2/models/embed/ready)",
         f"gRPC     {options.grpc_url}",
         f"metrics  {options.metrics_url}",
-    )
+    ]
+    if (options.model_repository / "llm" / "config.pbtxt").is_file():  # the generative model (llm/, docs/llm.md)
+        lines += [
+            f"LLM      curl -X POST {options.http_url}/v2/models/llm/generate -d '{LLM_EXAMPLE}'",
+            f'         streaming: POST .../llm/generate_stream with "stream": true (SSE), or gRPC {options.grpc_url} (stream)',
+        ]
+    return lines

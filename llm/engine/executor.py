@@ -1,0 +1,52 @@
+"""`StepExecutor` for Llama checkpoints: weights, the paged KV cache and one forward per step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from llm.contract import EngineConfig, ScheduledChunk
+from llm.engine.checkpoint import LlamaDims, load_checkpoint
+from llm.engine.kv_cache import PagedKVCache
+from llm.engine.model import LlamaModel
+from llm.engine.step_plan import build_plan
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class LlamaExecutor:
+    """Runs a step's chunks through the model; the scheduler owns which blocks are whose."""
+
+    def __init__(self, dims: LlamaDims, tensors: Mapping[str, torch.Tensor], config: EngineConfig) -> None:
+        if config.dtype not in DTYPES:
+            raise ValueError(f"dtype {config.dtype!r} is not one of {sorted(DTYPES)}")
+        if config.num_threads > 0:
+            torch.set_num_threads(config.num_threads)
+        self.device = torch.device(config.device)
+        self.dtype = DTYPES[config.dtype]
+        self.dims = dims
+        self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
+        self.model = LlamaModel(dims, tensors, self.dtype, self.device, self.max_model_len)
+        self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
+        self.block_size = config.block_size
+        self.num_blocks = self.cache.num_blocks
+        self.eos_token_ids = frozenset(dims.eos_token_ids)
+        self.last_kv_tokens_attended = 0  # of the last step, for StepStats
+
+    @classmethod
+    def from_checkpoint(cls, folder: Path, config: EngineConfig) -> LlamaExecutor:
+        dims, tensors = load_checkpoint(Path(folder))
+        return cls(dims, tensors, config)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.dims.vocab_size
+
+    def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
+        """Logits [chunks with sample=True, vocabulary] float32, in chunk order."""
+        plan = build_plan(chunks, self.block_size, self.num_blocks, self.max_model_len, self.device)
+        self.last_kv_tokens_attended = plan.kv_tokens_attended
+        with torch.inference_mode():
+            return self.model.forward(plan, self.cache)

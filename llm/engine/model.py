@@ -1,0 +1,123 @@
+"""The Llama forward over one step's flat batch (Orca's selective batching).
+
+Dense layers (norms, QKV, output projection, SwiGLU, head) see every token of every chunk at
+once; attention runs per sequence against its own paged KV: all single-token chunks in one
+padded SDPA call per layer, each multi-token chunk in its own causal call. The residual
+stream and the norms stay float32 whatever the weights' dtype (bf16 loses less that way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from llm.engine.checkpoint import LlamaDims, layer_key
+from llm.engine.kv_cache import PagedKVCache
+from llm.engine.step_plan import StepPlan
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    attn_norm: torch.Tensor  # float32
+    qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, hidden]
+    o: torch.Tensor
+    mlp_norm: torch.Tensor  # float32
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]
+    down: torch.Tensor
+
+
+def rope_tables(dims: LlamaDims, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sign-folded sin [length, head_dim] (HF's rotate_half convention), so rotating
+    is x * cos + swap_halves(x) * sin with no negation per step."""
+    half = dims.head_dim // 2
+    inv_freq = 1.0 / (dims.rope_theta ** (torch.arange(0, dims.head_dim, 2, dtype=torch.int64).float() / dims.head_dim))
+    freqs = torch.arange(length, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    sin = emb.sin()
+    sin[:, :half] = -sin[:, :half]
+    return emb.cos().to(device), sin.to(device)
+
+
+class LlamaModel:
+    """Weights plus the forward; holds no per-request state (the KV cache is passed in)."""
+
+    def __init__(
+        self, dims: LlamaDims, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype, device: torch.device, max_len: int
+    ) -> None:
+        self.dims, self.dtype, self.device = dims, dtype, device
+
+        def weight(name: str) -> torch.Tensor:
+            return tensors[name].to(device=device, dtype=dtype).contiguous()
+
+        def norm(name: str) -> torch.Tensor:
+            return tensors[name].to(device=device, dtype=torch.float32).contiguous()
+
+        self.embed = weight("embed.weight")
+        self.lm_head = self.embed if dims.tie_word_embeddings else weight("lm_head.weight")
+        self.norm = norm("norm.weight")
+        self.layers = [
+            LayerWeights(
+                attn_norm=norm(layer_key(i, "attn_norm.weight")),
+                qkv=weight(layer_key(i, "qkv.weight")),
+                o=weight(layer_key(i, "o.weight")),
+                mlp_norm=norm(layer_key(i, "mlp_norm.weight")),
+                gate_up=weight(layer_key(i, "gate_up.weight")),
+                down=weight(layer_key(i, "down.weight")),
+            )
+            for i in range(dims.num_layers)
+        ]
+        cos, sin = rope_tables(dims, max_len, device)
+        self.cos, self.sin = cos.to(dtype), sin.to(dtype)
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.dims.rms_norm_eps).to(self.dtype)
+
+    def forward(self, plan: StepPlan, cache: PagedKVCache) -> torch.Tensor:
+        """Next-token logits [sample rows, vocabulary] (float32)."""
+        dims = self.dims
+        heads, kv_heads, head_dim, half = dims.num_heads, dims.num_kv_heads, dims.head_dim, dims.head_dim // 2
+        group = heads // kv_heads
+        rows, num_decode = plan.num_tokens, plan.num_decode
+        qk_heads = heads + kv_heads
+        cos, sin = self.cos[plan.positions][:, None, :], self.sin[plan.positions][:, None, :]
+        x = self.embed[plan.token_ids].float()
+        for index, layer in enumerate(self.layers):
+            qkv = F.linear(self._rms_norm(x, layer.attn_norm), layer.qkv)
+            qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
+            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin
+            q, k = qk[:, :heads], qk[:, heads:]
+            v = qkv[:, qk_heads * head_dim :].view(rows, kv_heads, head_dim)
+            k_slots, v_slots = cache.k_slots[index], cache.v_slots[index]
+            k_slots.index_copy_(0, plan.slots, k)
+            v_slots.index_copy_(0, plan.slots, v)
+            k_blocks, v_blocks = cache.k[index], cache.v[index]
+
+            attn = torch.empty(rows, heads, head_dim, dtype=self.dtype, device=self.device)
+            if num_decode:
+                # One query per sequence: its `group` query heads that share a KV head act as
+                # `group` query rows of that head, so GQA needs no key expansion.
+                keys = k_blocks[plan.decode_blocks].view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
+                values = v_blocks[plan.decode_blocks].view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
+                queries = q[:num_decode].reshape(num_decode, kv_heads, group, head_dim)
+                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.decode_mask)
+                attn[:num_decode] = out.reshape(num_decode, heads, head_dim)
+            for span in plan.prefills:
+                queries = q[span.lo : span.hi].transpose(0, 1)[None]
+                if span.blocks is None:
+                    keys = k[span.lo : span.hi].transpose(0, 1)[None]
+                    values = v[span.lo : span.hi].transpose(0, 1)[None]
+                    out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=True)
+                else:
+                    keys = k_blocks[span.blocks].view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
+                    values = v_blocks[span.blocks].view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
+                    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=span.mask, enable_gqa=True)
+                attn[span.lo : span.hi] = out[0].transpose(0, 1)
+            x = x + F.linear(attn.view(rows, heads * head_dim), layer.o).float()
+
+            gate, up = F.linear(self._rms_norm(x, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down).float()
+        last = self._rms_norm(x[plan.sample_rows], self.norm)
+        return F.linear(last, self.lm_head).float()

@@ -1,0 +1,123 @@
+"""Turn a step's chunks into the index tensors the forward needs, once per step.
+
+The flat batch puts single-token chunks (decodes) first, so the forward runs all their
+attention in one padded call; longer chunks (prefills) follow, each with its own causal
+attention. Everything is built on the host and moved to the device in one go per tensor,
+so the forward itself never syncs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from llm.contract import ScheduledChunk
+
+
+@dataclass(frozen=True)
+class PrefillSpan:
+    """A multi-token chunk: rows [lo, hi) of the flat batch, at positions start.. of its sequence."""
+
+    lo: int
+    hi: int
+    start: int
+    blocks: torch.Tensor | None  # the blocks holding positions [0, start + n) (None when start == 0: attend to the chunk itself)
+    mask: torch.Tensor | None  # [n, kv_len] bool: key j visible to query i (None when start == 0: plain causal)
+    kv_len: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    token_ids: torch.Tensor  # [T] the flat batch, decodes first
+    positions: torch.Tensor  # [T]
+    slots: torch.Tensor  # [T] where each token's K and V are written (block * block_size + offset)
+    num_decode: int  # rows [0, num_decode) are single-token chunks
+    decode_blocks: torch.Tensor | None  # [D, max_blocks] block tables padded with block 0
+    decode_mask: torch.Tensor | None  # [D, 1, 1, max_blocks * block_size] bool: key position < context length
+    prefills: tuple[PrefillSpan, ...]
+    sample_rows: torch.Tensor  # [S] row of the last token of each sample=True chunk, in chunk order
+    num_tokens: int
+    kv_tokens_attended: int
+
+
+def _check(chunk: ScheduledChunk, block_size: int, num_blocks: int, max_model_len: int) -> None:
+    end = chunk.start_position + len(chunk.token_ids)
+    if not chunk.token_ids:
+        raise ValueError(f"sequence {chunk.seq_id}: a chunk with no tokens")
+    if chunk.start_position < 0 or end > max_model_len:
+        raise ValueError(f"sequence {chunk.seq_id}: positions [{chunk.start_position}, {end}) outside the context window {max_model_len}")
+    needed = -(-end // block_size)
+    if len(chunk.block_table) < needed:
+        raise ValueError(f"sequence {chunk.seq_id}: {len(chunk.block_table)} blocks cannot hold {end} tokens (block size {block_size})")
+    if any(not 0 <= block < num_blocks for block in chunk.block_table[:needed]):
+        raise ValueError(f"sequence {chunk.seq_id}: block table {list(chunk.block_table[:needed])} outside [0, {num_blocks})")
+
+
+def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: int, max_model_len: int, device: torch.device) -> StepPlan:
+    if not chunks:
+        raise ValueError("a step needs at least one chunk")
+    for chunk in chunks:
+        _check(chunk, block_size, num_blocks, max_model_len)
+    decodes = [i for i, chunk in enumerate(chunks) if len(chunk.token_ids) == 1]
+    longer = [i for i, chunk in enumerate(chunks) if len(chunk.token_ids) > 1]
+
+    token_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    last_row = [0] * len(chunks)
+    for i in decodes:
+        chunk = chunks[i]
+        position = chunk.start_position
+        last_row[i] = len(token_ids)
+        token_ids.append(chunk.token_ids[0])
+        positions.append(position)
+        slots.append(chunk.block_table[position // block_size] * block_size + position % block_size)
+    kv_tokens = sum(chunks[i].start_position + 1 for i in decodes)
+
+    decode_blocks = decode_mask = None
+    if decodes:
+        lengths = [chunks[i].start_position + 1 for i in decodes]
+        width = -(-max(lengths) // block_size)
+        table = [list(chunks[i].block_table[:width]) + [0] * (width - len(chunks[i].block_table[:width])) for i in decodes]
+        decode_blocks = torch.tensor(table, dtype=torch.long)
+        keys = torch.arange(width * block_size)
+        decode_mask = (keys[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
+
+    spans: list[PrefillSpan] = []
+    for i in longer:
+        chunk = chunks[i]
+        n, start = len(chunk.token_ids), chunk.start_position
+        lo = len(token_ids)
+        token_ids.extend(chunk.token_ids)
+        chunk_positions = torch.arange(start, start + n)
+        positions.extend(chunk_positions.tolist())
+        end = start + n
+        table = torch.tensor(list(chunk.block_table[: -(-end // block_size)]), dtype=torch.long)
+        slots.extend((table[chunk_positions // block_size] * block_size + chunk_positions % block_size).tolist())
+        blocks = mask = None
+        if start > 0:
+            blocks = table
+            mask = torch.arange(end)[None, :] <= chunk_positions[:, None]
+        spans.append(PrefillSpan(lo, lo + n, start, blocks, mask, end))
+        last_row[i] = lo + n - 1
+        kv_tokens += n * start + n * (n + 1) // 2
+
+    def to_device(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        return None if tensor is None else tensor.to(device, non_blocking=True)
+
+    spans = [PrefillSpan(s.lo, s.hi, s.start, to_device(s.blocks), to_device(s.mask), s.kv_len) for s in spans]
+    sample_rows = [last_row[i] for i, chunk in enumerate(chunks) if chunk.sample]
+    return StepPlan(
+        token_ids=torch.tensor(token_ids, dtype=torch.long, device=device),
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        slots=torch.tensor(slots, dtype=torch.long, device=device),
+        num_decode=len(decodes),
+        decode_blocks=to_device(decode_blocks),
+        decode_mask=to_device(decode_mask),
+        prefills=tuple(spans),
+        sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=device),
+        num_tokens=len(token_ids),
+        kv_tokens_attended=kv_tokens,
+    )

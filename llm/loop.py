@@ -1,0 +1,343 @@
+"""The engine loop: the one thread that plans, runs and samples every step.
+
+Callers (the Triton model's `execute`, benchmarks) only `submit`, `cancel` and read
+`snapshot`; everything else happens on the engine thread, so the scheduler stays
+single-threaded and pure. Callbacks run on the engine thread: a slow callback slows every
+stream, and one that raises ends only its own request. `run_one_step` is the step itself,
+callable without the thread for deterministic tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from llm.contract import (
+    GenerationRequest,
+    LoopObserver,
+    OutputCallback,
+    RequestOutput,
+    RequestTimings,
+    SchedulerConfig,
+    StepExecutor,
+    StepStats,
+)
+from llm.output import Decoder, IncrementalDetokenizer, OutputState
+from llm.sampling import Sampler, SamplingRow, make_generator
+from llm.scheduler import Scheduler, Sequence, StepPlan
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.05  # while requests are open but no step can run, how often cancellation is polled
+
+
+class QueueFullError(RuntimeError):
+    """`max_waiting` requests already wait: the caller should reject this one (HTTP 503/429)."""
+
+
+@dataclass
+class _OpenRequest:
+    seq: Sequence
+    on_output: OutputCallback
+    is_cancelled: Callable[[], bool] | None
+    state: OutputState
+    generator: torch.Generator | None
+    pending_token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Submission:
+    request: GenerationRequest
+    on_output: OutputCallback
+    is_cancelled: Callable[[], bool] | None
+
+
+class EngineLoop:
+    def __init__(
+        self,
+        executor: StepExecutor,
+        config: SchedulerConfig,
+        tokenizer: Decoder,
+        observer: LoopObserver | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.executor = executor
+        self.config = config
+        self.scheduler = Scheduler(
+            config, block_size=executor.block_size, num_blocks=executor.num_blocks, max_model_len=executor.max_model_len
+        )
+        self.sampler = Sampler(frozenset(executor.eos_token_ids))
+        self._tokenizer = tokenizer
+        self._observer = observer
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._inbox: deque[_Submission] = deque()
+        self._cancels: set[str] = set()
+        self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
+        self._open: dict[int, _OpenRequest] = {}  # engine thread only
+        self._next_seq_id = 0
+        self._stopping = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._snapshot = self._take_snapshot()
+
+    # -- the callers' side (any thread) -----------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the engine loop is already started")
+        self._thread = threading.Thread(target=self._run, name="llm-engine-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest, on_output: OutputCallback, is_cancelled: Callable[[], bool] | None = None) -> None:
+        """Queue a request; raises QueueFullError at `max_waiting`, ValueError when it cannot fit."""
+        self.scheduler.check_fits(len(request.prompt_token_ids), request.params.max_tokens)
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the engine loop is stopped")
+            if request.request_id in self._open_ids:
+                raise ValueError(f"request id {request.request_id!r} is already in flight")
+            if len(self._inbox) + self._snapshot["waiting"] >= self.config.max_waiting:
+                raise QueueFullError(f"{self.config.max_waiting} requests are already waiting (max_waiting)")
+            self._open_ids.add(request.request_id)
+            self._inbox.append(_Submission(request, on_output, is_cancelled))
+            self._cv.notify()
+
+    def cancel(self, request_id: str) -> None:
+        """Abort a request within a step: its blocks are freed, it gets finish_reason "abort"."""
+        with self._cv:
+            self._cancels.add(request_id)
+            self._cv.notify()
+
+    def snapshot(self) -> dict:
+        """running, waiting, kv_blocks_used, kv_blocks_total, as of the last step (for gauges)."""
+        with self._cv:
+            return dict(self._snapshot)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """End every open request with an error output and join the engine thread."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.error("the engine loop did not stop within %.1f s", timeout_s)
+            return
+        self._finish_everything("the engine loop stopped")
+
+    # -- the engine thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    if self._stopping:
+                        break
+                if self.run_one_step():
+                    continue
+                with self._cv:
+                    if self._stopping or self._inbox or self._cancels:
+                        continue
+                    self._cv.wait(self._idle_timeout())
+        except Exception:
+            log.exception("the engine loop failed")
+        finally:
+            self._finish_everything("the engine loop stopped")
+
+    def _idle_timeout(self) -> float | None:
+        wake = self.scheduler.next_step_time(self._clock())
+        if wake is None:
+            return IDLE_POLL_S if self._open else None
+        return min(IDLE_POLL_S, max(wake - self._clock(), 0.0005))
+
+    def run_one_step(self, now: float | None = None) -> bool:
+        """Take in submissions and cancellations, then plan, run and sample one step.
+        Returns whether a step ran."""
+        self._take_in()
+        self._poll_cancellations()
+        plan = self.scheduler.schedule(self._clock() if now is None else now)
+        self._publish()  # submit() bounds the waiting queue by this count while the step runs
+        if plan.empty:
+            return False
+        started = self._clock()
+        try:
+            tokens = self._execute(plan)
+        except Exception as exc:
+            log.exception("a step failed; its %d sequences end with an error", len(plan.seqs))
+            for seq in plan.seqs:
+                if seq.seq_id in self._open:
+                    self._finish(self._open[seq.seq_id], "error", error=f"the engine failed: {exc}")
+            self._publish()
+            return True
+        duration = self._clock() - started
+        self._report_step(plan, started, duration)
+        finished_at = started + duration
+        for seq, token in zip(plan.sampled_seqs, tokens):
+            self._deliver(self._open[seq.seq_id], token, finished_at)
+        self._publish()
+        return True
+
+    def _execute(self, plan: StepPlan) -> list[int]:
+        logits = self.executor.execute(plan.chunks)
+        sampled_seqs = plan.sampled_seqs
+        rows = [SamplingRow(seq.request.params, len(seq.output_token_ids), self._open[seq.seq_id].generator) for seq in sampled_seqs]
+        tokens = self.sampler.sample(logits, rows)
+        self.scheduler.commit(plan, {seq.seq_id: token for seq, token in zip(sampled_seqs, tokens)})
+        return tokens
+
+    def _take_in(self) -> None:
+        with self._cv:
+            submissions = list(self._inbox)
+            self._inbox.clear()
+            cancels = set(self._cancels)
+            self._cancels.clear()
+        for submission in submissions:
+            seq = Sequence.from_request(self._next_seq_id, submission.request)
+            self._next_seq_id += 1
+            params = submission.request.params
+            state = OutputState(
+                params,
+                frozenset(self.executor.eos_token_ids),
+                IncrementalDetokenizer(self._tokenizer, submission.request.prompt_token_ids),
+            )
+            self._open[seq.seq_id] = _OpenRequest(seq, submission.on_output, submission.is_cancelled, state, make_generator(params))
+            self.scheduler.add(seq)
+        if cancels:
+            for request in [r for r in self._open.values() if r.seq.request_id in cancels]:
+                self._finish(request, "abort")
+
+    def _poll_cancellations(self) -> None:
+        for request in list(self._open.values()):
+            if request.is_cancelled is None:
+                continue
+            try:
+                cancelled = request.is_cancelled()
+            except Exception as exc:
+                self._finish(request, "error", error=f"is_cancelled failed: {exc}")
+                continue
+            if cancelled:
+                self._finish(request, "abort")
+
+    def _deliver(self, request: _OpenRequest, token: int, at: float) -> None:
+        request.pending_token_ids.append(token)
+        request.token_times.append(at)
+        result = request.state.add_token(token)
+        if result.finish_reason is not None:
+            self._finish(request, result.finish_reason, new_text=result.new_text)
+        elif result.new_text:
+            output = self._output(request, result.new_text, finished=False)
+            if not self._send(request, output):
+                self._finish(request, "error", error="the output callback failed")
+
+    def _finish(self, request: _OpenRequest, reason: str, *, new_text: str = "", error: str | None = None) -> None:
+        """Retire a request in this step (slot and blocks freed) and send its one finished output."""
+        self.scheduler.finish(request.seq)
+        del self._open[request.seq.seq_id]
+        with self._cv:
+            self._open_ids.discard(request.seq.request_id)
+        self._send(request, self._output(request, new_text, finished=True, reason=reason, error=error))
+        self._report_finished(request, reason)
+
+    def _output(
+        self, request: _OpenRequest, new_text: str, *, finished: bool, reason: str | None = None, error: str | None = None
+    ) -> RequestOutput:
+        new_ids, request.pending_token_ids = request.pending_token_ids, []
+        return RequestOutput(
+            request_id=request.seq.request_id,
+            new_text=new_text,
+            new_token_ids=tuple(new_ids),
+            finished=finished,
+            finish_reason=reason,
+            num_prompt_tokens=request.seq.num_prompt_tokens,
+            num_output_tokens=request.state.num_output_tokens,
+            error=error,
+        )
+
+    def _send(self, request: _OpenRequest, output: RequestOutput) -> bool:
+        try:
+            request.on_output(output)
+        except Exception:
+            log.exception("the output callback of request %r failed", request.seq.request_id)
+            return False
+        return True
+
+    def _finish_everything(self, error: str) -> None:
+        with self._cv:
+            self._stopping = True
+            submissions = list(self._inbox)
+            self._inbox.clear()
+        for submission in submissions:
+            seq = Sequence.from_request(self._next_seq_id, submission.request)
+            self._next_seq_id += 1
+            state = OutputState(submission.request.params, frozenset(), IncrementalDetokenizer(self._tokenizer, ()))
+            self._open[seq.seq_id] = _OpenRequest(seq, submission.on_output, submission.is_cancelled, state, None)
+        for request in list(self._open.values()):
+            self._finish(request, "error", error=error)
+        self._publish()
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _take_snapshot(self) -> dict:
+        return {
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "kv_blocks_used": self.scheduler.blocks.num_used,
+            "kv_blocks_total": self.scheduler.blocks.num_blocks,
+        }
+
+    def _publish(self) -> None:
+        snapshot = self._take_snapshot()
+        with self._cv:
+            self._snapshot = snapshot
+
+    def _report_step(self, plan: StepPlan, started: float, duration: float) -> None:
+        if self._observer is None:
+            return
+        blocks = self.scheduler.blocks
+        stats = StepStats(
+            started=started,
+            duration_s=duration,
+            prefill_tokens=plan.prefill_tokens,
+            decode_seqs=plan.decode_seqs,
+            kv_tokens_attended=plan.kv_tokens_attended,
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_used=blocks.num_used,
+            kv_blocks_total=blocks.num_blocks,
+            preemptions=len(plan.preempted),
+        )
+        try:
+            self._observer.on_step(stats)
+        except Exception:
+            log.exception("the loop observer failed on a step")
+
+    def _report_finished(self, request: _OpenRequest, reason: str) -> None:
+        if self._observer is None:
+            return
+        arrival = request.seq.request.arrival_time
+        times = request.token_times
+        scheduled = request.seq.first_scheduled
+        timings = RequestTimings(
+            request_id=request.seq.request_id,
+            queue_s=None if scheduled is None else scheduled - arrival,
+            ttft_s=times[0] - arrival if times else None,
+            e2e_s=self._clock() - arrival,
+            inter_token_s=tuple(b - a for a, b in itertools.pairwise(times)),
+            prompt_tokens=request.seq.num_prompt_tokens,
+            output_tokens=request.state.num_output_tokens,
+            finish_reason=reason,
+        )
+        try:
+            self._observer.on_finished(timings)
+        except Exception:
+            log.exception("the loop observer failed on a finished request")

@@ -1,0 +1,62 @@
+"""One request's state inside the scheduler: its tokens, what the KV cache holds, its blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from llm.contract import GenerationRequest
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    """Tokens are prompt + generated; after a preemption by recompute the KV cache is empty
+    (`num_computed_tokens` = 0) and every known token is prefilled again, so the tokens so far
+    are the new prompt without copying anything."""
+
+    seq_id: int
+    request: GenerationRequest
+    token_ids: list[int]
+    num_prompt_tokens: int
+    num_computed_tokens: int = 0  # tokens whose KV is in this sequence's blocks
+    block_table: list[int] = field(default_factory=list)
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_preemptions: int = 0
+    first_scheduled: float | None = None
+
+    @classmethod
+    def from_request(cls, seq_id: int, request: GenerationRequest) -> Sequence:
+        tokens = list(request.prompt_token_ids)
+        return cls(seq_id=seq_id, request=request, token_ids=tokens, num_prompt_tokens=len(tokens))
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_uncomputed(self) -> int:
+        """Tokens still to feed: 1 for a decode, more for a (resumed) prefill."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_uncomputed == 1 and self.num_computed_tokens > 0
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Positions this sequence can occupy at most: prompt + max_tokens."""
+        return self.num_prompt_tokens + self.request.params.max_tokens

@@ -1,0 +1,50 @@
+"""bench-llm's harness against the real server: tiny prompts and outputs, two modes, one
+short level each. It checks what the harness measures, not how fast the machine is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tools.llmbench.__main__ import DEFAULT_LLAMA_SERVER, run
+from tools.llmbench.targets import MODEL
+from tools.llmbench.workload import gguf_path
+from tools.repo.model_config import ModelConfig
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_harness_streams_every_token_of_every_request_in_two_modes_and_restores_the_config(llm_triton, tmp_path) -> None:
+    server = llm_triton
+    control = server.client
+    before: ModelConfig = control.config(MODEL)
+    args = [
+        *("--url", server.options.http_url, "--grpc-url", server.options.grpc_url),
+        *(("--admin-key", server.admin_key) if server.admin_key else ()),
+        *("--targets", "iteration,none", "--concurrency", "2", "--rates", "", "--seconds", "1", "--drain", "120"),
+        *("--prompt-lengths", "8-24", "--output-lengths", "2-6", "--requests", "8", "--out", str(tmp_path / "report"), "-q"),
+    ]
+    assert run(args) == 0
+    report = json.loads((tmp_path / "report" / "bench-llm.json").read_text())
+    assert [t["name"] for t in report["targets"]] == ["llm iteration", "llm none"]
+    for level in report["levels"]:
+        assert level["requests"] >= 2 and level["completed"] == level["requests"], level
+        assert 2 <= level["mean_tokens_out"] <= 6  # exactly the drawn counts came back: EOS was ignored
+        assert level["mean_tokens_in"] is not None and level["ttft_p50_ms"] is not None
+    assert (tmp_path / "report" / "bench-llm.png").stat().st_size > 0
+    assert control.config(MODEL) == before  # the server's own config is back
+
+
+@pytest.mark.skipif(not DEFAULT_LLAMA_SERVER.is_file() or shutil.which("make") is None, reason="make llama-server has not run")
+def test_the_harness_streams_from_llama_server_on_the_same_gguf(tmp_path) -> None:
+    gguf_path()  # the weights are installed
+    args = [
+        *("--targets", "llama-server", "--concurrency", "2", "--rates", "", "--seconds", "1", "--drain", "60"),
+        *("--prompt-lengths", "8-24", "--output-lengths", "2-6", "--requests", "8", "--llama-parallel", "2", "--llama-context", "2048"),
+        *("--out", str(tmp_path / "report"), "-q"),
+    ]
+    assert run(args) == 0
+    (level,) = json.loads((tmp_path / "report" / "bench-llm.json").read_text())["levels"]
+    assert level["completed"] == level["requests"] >= 2 and 2 <= level["mean_tokens_out"] <= 6

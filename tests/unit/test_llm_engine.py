@@ -1,0 +1,151 @@
+"""The engine's logits equal transformers' LlamaForCausalLM on a tiny random model, whatever
+the chunking, batching and block layout (the paged cache must be invisible in the output)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm.contract import EngineConfig, ScheduledChunk
+from llm.engine import LlamaDims, LlamaExecutor, load_checkpoint, save_checkpoint
+from llm.engine.checkpoint import fuse_hf_state_dict
+
+transformers = pytest.importorskip("transformers")
+
+BLOCK = 4
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=1,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # HF initialises norms to 1: randomise them so a swapped norm fails
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.uniform_(0.5, 1.5)
+    return model
+
+
+def make_executor(hf_model, dtype: str = "float32", num_blocks: int = 64) -> LlamaExecutor:
+    dims = LlamaDims.from_hf_config(hf_model.config)
+    tensors = fuse_hf_state_dict(hf_model.state_dict(), dims)
+    block_bytes = 2 * dims.num_layers * BLOCK * dims.num_kv_heads * dims.head_dim * (4 if dtype == "float32" else 2)
+    config = EngineConfig(dtype=dtype, block_size=BLOCK, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
+    return LlamaExecutor(dims, tensors, config)
+
+
+def hf_logits(hf_model, tokens: list[int]) -> torch.Tensor:
+    """Next-token logits after every prefix of `tokens` [len, vocab]."""
+    with torch.no_grad():
+        return hf_model(torch.tensor([tokens])).logits[0].float()
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    return torch.randint(3, 97, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def test_one_chunk_prefill_matches_transformers(hf_model):
+    executor = make_executor(hf_model)
+    tokens = prompt(1, 13)
+    logits = executor.execute([ScheduledChunk(0, tokens, 0, [5, 6, 7, 8], True)])
+    torch.testing.assert_close(logits[0], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0)
+
+
+def test_prefill_in_chunks_over_scattered_blocks_matches_one_chunk(hf_model):
+    executor = make_executor(hf_model)
+    tokens = prompt(2, 23)  # block size 4 divides neither the chunks nor the length
+    table = [17, 3, 40, 9, 0, 22]  # not contiguous, not ordered
+    expected = hf_logits(hf_model, tokens)
+    start = 0
+    for size in (5, 7, 1, 10):
+        chunk = tokens[start : start + size]
+        last = start + size == len(tokens)
+        logits = executor.execute([ScheduledChunk(0, chunk, start, table, last)])
+        assert logits.shape[0] == (1 if last else 0)
+        start += size
+    torch.testing.assert_close(logits[0], expected[-1], atol=ATOL, rtol=0)
+
+
+def test_mixed_step_of_decodes_and_prefills_matches_each_sequence_alone(hf_model):
+    """Three sequences of different lengths decode in one execute() while a fourth prefills
+    its first chunk and a fifth its middle chunk (not sampled)."""
+    executor = make_executor(hf_model)
+    tables = {0: [1, 2, 3, 4, 5], 1: [30, 10, 20], 2: [6, 60, 7, 61, 8, 62, 9], 3: [11, 12, 13, 14], 4: [50, 51, 52, 53, 54]}
+    lengths = {0: 9, 1: 2, 2: 21}
+    histories = {seq: prompt(10 + seq, n) for seq, n in lengths.items()}
+    for seq, tokens in histories.items():  # prefills, one step each
+        executor.execute([ScheduledChunk(seq, tokens[:-1], 0, tables[seq], False)])
+    long_prompt = prompt(20, 18)
+    executor.execute([ScheduledChunk(4, long_prompt[:7], 0, tables[4], False)])
+    fresh = prompt(30, 6)
+    for _ in range(3):  # three decode steps; the first also runs two prefill chunks
+        chunks = [ScheduledChunk(seq, tokens[-1:], len(tokens) - 1, tables[seq], True) for seq, tokens in histories.items()]
+        if _ == 0:
+            chunks.insert(1, ScheduledChunk(3, fresh, 0, tables[3], True))
+            chunks.append(ScheduledChunk(4, long_prompt[7:15], 7, tables[4], False))
+        logits = executor.execute(chunks)
+        assert logits.shape == (len(chunks) - (1 if _ == 0 else 0), 97)
+        order = [chunk.seq_id for chunk in chunks if chunk.sample]
+        for row, seq in enumerate(order):
+            tokens = fresh if seq == 3 else histories[seq]
+            torch.testing.assert_close(logits[row], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0, msg=f"sequence {seq}")
+        for seq, tokens in histories.items():
+            tokens.append(int(logits[order.index(seq)].argmax()))
+    logits = executor.execute([ScheduledChunk(4, long_prompt[15:], 15, tables[4], True)])
+    torch.testing.assert_close(logits[0], hf_logits(hf_model, long_prompt)[-1], atol=ATOL, rtol=0)
+
+
+def test_bfloat16_keeps_the_greedy_token(hf_model):
+    executor = make_executor(hf_model, dtype="bfloat16")
+    tokens = prompt(3, 11)
+    logits = executor.execute([ScheduledChunk(0, tokens, 0, [0, 1, 2], True)])
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits[0], hf_logits(hf_model, tokens)[-1], atol=0.1, rtol=0)
+
+
+def test_checkpoint_round_trip_gives_the_same_logits(hf_model, tmp_path):
+    executor = make_executor(hf_model)
+    save_checkpoint(tmp_path, executor.dims, fuse_hf_state_dict(hf_model.state_dict(), executor.dims))
+    dims, _ = load_checkpoint(tmp_path)
+    assert dims == executor.dims and dims.eos_token_ids == (2,)
+    loaded = LlamaExecutor.from_checkpoint(tmp_path, EngineConfig(block_size=BLOCK, kv_cache_bytes=2**20, max_model_len=128))
+    tokens = prompt(4, 9)
+    chunk = [ScheduledChunk(0, tokens, 0, [0, 1, 2], True)]
+    torch.testing.assert_close(loaded.execute(chunk), executor.execute(chunk), atol=0, rtol=0)
+    assert loaded.eos_token_ids == frozenset({2})
+
+
+def test_kv_cache_is_sized_from_the_byte_budget(hf_model):
+    executor = make_executor(hf_model, num_blocks=37)
+    assert executor.num_blocks == 37
+    assert executor.cache.k.shape == (2, 37, BLOCK, 2, 8)
+
+
+@pytest.mark.parametrize(
+    "chunk, problem",
+    [
+        (ScheduledChunk(0, [5] * 9, 0, [0, 1], True), "cannot hold"),
+        (ScheduledChunk(0, [5], 200, list(range(60)), True), "context window"),
+        (ScheduledChunk(0, [5, 6], 0, [999], True), "outside"),
+        (ScheduledChunk(0, [], 0, [0], True), "no tokens"),
+    ],
+)
+def test_a_chunk_the_cache_cannot_hold_is_refused_with_the_reason(hf_model, chunk, problem):
+    with pytest.raises(ValueError, match=problem):
+        make_executor(hf_model).execute([chunk])

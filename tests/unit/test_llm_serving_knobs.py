@@ -1,0 +1,65 @@
+"""The LLM's knobs live once, in model_repository/llm/config.pbtxt's parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llm.contract import EngineConfig, SchedulerConfig
+from llm.serving.knobs import KNOWN, KnobError, knobs_to_parameters, parameters_from_json, parameters_from_pbtxt, parse_knobs
+from tools.paths import MODEL_REPOSITORY
+from tools.repo.model_config import load_config
+
+CONFIG = MODEL_REPOSITORY / "llm" / "config.pbtxt"
+
+
+def test_the_committed_config_sets_every_knob_by_its_field_name() -> None:
+    assert set(parameters_from_pbtxt(CONFIG)) == set(KNOWN)
+    names = {field.name for cls in (SchedulerConfig, EngineConfig) for field in dataclasses.fields(cls)}
+    assert set(KNOWN) == names
+
+
+def test_the_committed_config_parses_into_the_configs() -> None:
+    scheduler, engine = parse_knobs(parameters_from_pbtxt(CONFIG))
+    assert scheduler.mode == "iteration"
+    assert isinstance(scheduler.max_num_seqs, int) and isinstance(scheduler.max_wait_ms, float)
+    assert engine.max_model_len > 0 and engine.kv_cache_bytes > 0
+
+
+def test_the_committed_config_is_decoupled_with_the_model_batching_itself() -> None:
+    config = load_config(MODEL_REPOSITORY / "llm")
+    assert config.model_transaction_policy.decoupled
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert [i.name for i in config.input][:4] == ["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
+    assert config.output[0].name == "text_output"
+
+
+def test_triton_json_and_protobuf_give_the_same_parameters() -> None:
+    as_json = {"parameters": {key: {"string_value": value} for key, value in parameters_from_pbtxt(CONFIG).items()}}
+    assert parameters_from_json(as_json) == parameters_from_pbtxt(CONFIG)
+
+
+def test_parsing_round_trips_through_parameters() -> None:
+    configs = (SchedulerConfig(mode="request", max_wait_ms=2.5), EngineConfig(dtype="bfloat16", block_size=32))
+    assert parse_knobs(knobs_to_parameters(*configs)) == configs
+
+
+def test_missing_knobs_keep_their_defaults() -> None:
+    assert parse_knobs({}) == (SchedulerConfig(), EngineConfig())
+
+
+@pytest.mark.parametrize(
+    ("parameters", "named"),
+    [
+        ({"max_num_seq": "8"}, "max_num_seq"),
+        ({"mode": "continuous"}, "mode"),
+        ({"max_num_seqs": "eight"}, "max_num_seqs"),
+        ({"max_num_seqs": "0"}, "max_num_seqs"),
+        ({"max_wait_ms": "-1"}, "max_wait_ms"),
+        ({"dtype": "int4"}, "dtype"),
+    ],
+)
+def test_an_unknown_key_or_a_bad_value_is_refused_by_name(parameters: dict, named: str) -> None:
+    with pytest.raises(KnobError, match=named):
+        parse_knobs(parameters)

@@ -1,0 +1,153 @@
+"""bench-llm's report (Markdown, JSON, PNG) from a synthetic run, and its command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.llmbench.__main__ import FULL, QUICK, append_to, build_parser, plan_of, selected_targets
+from tools.llmbench.report import comparisons, render_markdown, write_report
+from tools.llmbench.targets import LlamaServerTarget
+from tools.load.schedules import ClosedLoop, Poisson
+
+
+def level(target: str, kind: str, load: float, goodput: float, tokens: float, ttft_p99: float | None, completed: int = 10) -> dict:
+    return {
+        "target": target,
+        "kind": kind,
+        "load": load,
+        "label": f"{load:g} streams" if kind == "closed" else f"Poisson {load:g} req/s",
+        "requests": 10,
+        "completed": completed,
+        "outcomes": {"ok": completed, **({"cut": 10 - completed} if completed < 10 else {})},
+        "duration_s": 50.0,
+        "output_tokens_per_s": tokens,
+        "requests_per_s": completed / 50,
+        "goodput_rps": goodput,
+        "good_share": goodput * 50 / 10,
+        "ttft_p50_ms": None if ttft_p99 is None else ttft_p99 / 2,
+        "ttft_p99_ms": ttft_p99,
+        "tpot_p50_ms": 40.0,
+        "tpot_p99_ms": 80.0,
+        "itl_p99_ms": 120.0,
+        "e2e_p50_ms": 3000.0,
+        "mean_tokens_in": 250.0,
+        "mean_tokens_out": 80.0,
+        "late_sends": 0,
+        "first_error": None if completed == 10 else "still streaming 30 s after the level's end",
+    }
+
+
+def report() -> dict:
+    levels = [
+        level("llm iteration", "closed", 16, 0.12, 120.0, 900.0),
+        level("llm request", "closed", 16, 0.03, 70.0, 4000.0),
+        level("llm none", "closed", 16, 0.01, 30.0, 20000.0, completed=6),
+        level("llama-server", "closed", 16, 0.10, 150.0, 1200.0),
+        level("llm iteration", "closed", 1, 0.05, 40.0, 300.0),
+        level("llama-server", "closed", 1, 0.06, 80.0, 200.0),
+        level("llm iteration", "poisson", 0.5, 0.08, 60.0, None, completed=0),
+    ]
+    return {
+        "date": "2026-12-03T19:00:00",
+        "cpu": {"model": "AMD EPYC", "cores": 2, "flags": ["avx2"]},
+        "load_average": 3.1,
+        "runs": 1,
+        "workload": {
+            "description": "1000 requests (seed 0)",
+            "prompt_lengths": "32-1024",
+            "output_lengths": "16-256",
+            "seed": 0,
+            "mean_prompt_tokens": 250.0,
+            "mean_output_tokens": 80.0,
+        },
+        "slo": "TTFT <= 1000 ms and TPOT <= 100 ms, per request",
+        "slo_ttft_s": 1.0,
+        "slo_tpot_s": 0.1,
+        "settings": {"concurrency": [1, 16], "rates": [0.5], "seconds": 45.0, "drain_s": 30.0, "quick": False},
+        "targets": [{"name": "llm iteration", "description": "Triton llm, mode=iteration", "protocol": "gRPC"}],
+        "levels": levels,
+    }
+
+
+def test_the_comparisons_state_the_issues_targets_as_measured_ratios() -> None:
+    lines = comparisons(report()["levels"])
+    assert "- 16 streams: iteration's goodput is 4.00x request's and 12.00x none's; request's TTFT p99 is 4.44x iteration's" in lines[0]
+    assert lines[1] == "- 16 streams: iteration's output tokens/s are 0.80x llama-server's (target: >= 1x)"
+    assert lines[2] == "- 1 stream: iteration's output tokens/s are 0.50x llama-server's"
+    assert len(lines) == 3  # no 32-stream level ran: nothing is claimed about it
+
+
+def test_the_markdown_names_the_cpu_the_slo_the_runs_and_every_level() -> None:
+    text = render_markdown(report())
+    assert "AMD EPYC, 2 cores, avx2" in text and "runs: 1" in text and "TTFT <= 1000 ms" in text
+    assert text.count("| 16 streams |") == 4 and "| Poisson 0.5 req/s | llm iteration |" in text
+    assert "| - |" in text  # a level without a TTFT sample shows a dash, not 0
+    assert "- 16 streams, llm none: {'ok': 6, 'cut': 4} (still streaming" in text
+
+
+def test_the_report_is_written_as_json_markdown_and_a_png(tmp_path: Path) -> None:
+    paths = write_report(report(), tmp_path / "bench-llm")
+    assert [p.name for p in paths] == ["bench-llm.json", "bench-llm.md", "bench-llm.png"]
+    assert json.loads(paths[0].read_text())["levels"][0]["target"] == "llm iteration"
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_is_a_shorter_plan_and_explicit_levels_override_it() -> None:
+    assert plan_of(build_parser().parse_args([])) == FULL
+    quick = plan_of(build_parser().parse_args(["--quick"]))
+    assert quick == QUICK and quick.seconds < FULL.seconds
+    custom = plan_of(build_parser().parse_args(["--quick", "--concurrency", "2,8", "--rates", "", "--seconds", "5"]))
+    assert custom.schedules() == [ClosedLoop(2), ClosedLoop(8)] and custom.seconds == 5
+    assert FULL.schedules()[-1] == Poisson(1.0)
+
+
+def test_a_full_run_of_four_targets_is_planned_to_end_well_within_an_hour() -> None:
+    worst_per_target = len(FULL.schedules()) * (FULL.seconds + FULL.drain_s)
+    assert 4 * worst_per_target < 45 * 60
+
+
+@pytest.mark.parametrize("text", ["iteration,nope", ""])
+def test_an_unknown_target_is_refused_with_the_choices(text: str) -> None:
+    with pytest.raises(ValueError, match="choose from iteration, request, none, llama-server"):
+        selected_targets(text)
+
+
+def test_llama_server_serves_the_gguf_with_its_slots_threads_and_a_unified_cache(tmp_path: Path) -> None:
+    target = LlamaServerTarget(tmp_path / "llama-server", tmp_path / "m.gguf", parallel=16, context=32768, threads=2)
+    command = target.command(8080)
+    assert command[:3] == [str(tmp_path / "llama-server"), "-m", str(tmp_path / "m.gguf")]
+    for flag, value in (("--parallel", "16"), ("--ctx-size", "32768"), ("--threads", "2"), ("--port", "8080"), ("--host", "127.0.0.1")):
+        assert command[command.index(flag) + 1] == value
+    assert "--kv-unified" in command
+
+
+def test_a_second_invocation_on_the_same_requests_and_plan_is_appended_to_the_first() -> None:
+    first = report()
+    second = {**report(), "date": "2026-12-03T19:40:00", "load_average": 5.0}
+    second["targets"] = [{"name": "llama-server", "description": "llama.cpp", "protocol": "OpenAI"}]
+    second["levels"] = [level("llama-server", "closed", 32, 0.1, 100.0, 900.0)]
+    merged = append_to(first, second)
+    assert [t["name"] for t in merged["targets"]] == ["llm iteration", "llama-server"]
+    assert merged["levels"][-1]["load"] == 32 and len(merged["levels"]) == len(first["levels"]) + 1
+    assert merged["appended"] == [{"date": "2026-12-03T19:40:00", "load_average": 5.0, "targets": ["llama-server"]}]
+    assert "- Appended: llama-server measured in a second invocation at 2026-12-03T19:40:00" in render_markdown(merged)
+
+
+@pytest.mark.parametrize(
+    ("section", "change"),
+    [("workload", {"seed": 1}), ("settings", {"seconds": 20.0}), ("slo", None)],
+)
+def test_runs_that_sent_other_requests_or_another_load_are_not_appended(section: str, change: dict | None) -> None:
+    second = report()
+    second["targets"] = [{"name": "llama-server", "description": "", "protocol": ""}]
+    second[section] = "TTFT <= 2000 ms" if change is None else {**second[section], **change}
+    with pytest.raises(ValueError, match=f"cannot append: {section}"):
+        append_to(report(), second)
+
+
+def test_a_target_measured_in_both_runs_is_not_appended_twice() -> None:
+    with pytest.raises(ValueError, match="llm iteration already measured"):
+        append_to(report(), report())

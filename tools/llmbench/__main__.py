@@ -1,0 +1,313 @@
+"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes and
+llama.cpp's llama-server under one seeded streaming load, written to reports/bench-llm/.
+
+Each target runs every level in turn (closed loop at each concurrency, then Poisson at each
+rate), after two unmeasured warm-up requests. Without `--url` a local Triton is started
+with only `llm` loaded (explicit model control); with `--url` the server's own `llm` is
+reloaded per mode and its config restored at the end.
+
+    python -m tools.llmbench --quick
+    python -m tools.llmbench --targets iteration,llama-server --concurrency 1,16 --rates 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from tools.bench.machine import cpu_description
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.llmbench.clients import StreamClient
+from tools.llmbench.driver import LevelDriver, Schedule, level_label
+from tools.llmbench.figures import LevelFigures, Slo
+from tools.llmbench.records import StreamRecord
+from tools.llmbench.report import write_report
+from tools.llmbench.targets import LLAMA_SERVER, MODEL, MODES, LlamaServerTarget, ModeTarget, Target, check_model_control
+from tools.llmbench.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths
+from tools.load.schedules import ClosedLoop, Poisson
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tools.triton_client import TritonClient
+
+log = logging.getLogger("bench-llm")
+
+TARGET_NAMES = (*MODES, LLAMA_SERVER)
+DEFAULT_LLAMA_SERVER = BUILD_DIR / "llama.cpp" / "bin" / "llama-server"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The load of a run: levels and how long each lasts."""
+
+    concurrency: tuple[int, ...]
+    rates: tuple[float, ...]
+    seconds: float
+    drain_s: float
+
+    def schedules(self) -> list[Schedule]:
+        return [*(ClosedLoop(c) for c in self.concurrency), *(Poisson(r) for r in self.rates)]
+
+
+# Full: 4 closed + 3 Poisson levels of (45 s + at most 30 s of drain) per target, four targets: ~35 min here.
+FULL = Plan(concurrency=(1, 4, 16, 32), rates=(0.25, 0.5, 1.0), seconds=45.0, drain_s=30.0)
+QUICK = Plan(concurrency=(1, 16), rates=(0.5,), seconds=20.0, drain_s=15.0)
+
+
+def _numbers(text: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if any(value <= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"every level must be above 0, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.llmbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short levels: streams {QUICK.concurrency}, Poisson {QUICK.rates} req/s, {QUICK.seconds:g} s each",
+    )
+    parser.add_argument("--targets", default=",".join(TARGET_NAMES), help=f"comma-separated, of {', '.join(TARGET_NAMES)} (default: all)")
+    parser.add_argument(
+        "--concurrency", type=lambda t: _numbers(t, int), help="closed-loop streams per level (default: 1,4,16,32; quick 1,16)"
+    )
+    parser.add_argument(
+        "--rates", type=lambda t: _numbers(t, float), help="Poisson rates in req/s (default: 0.25,0.5,1; quick 0.5); '' for none"
+    )
+    parser.add_argument("--seconds", type=float, help="sending time per level (default 45; quick 20)")
+    parser.add_argument("--drain", type=float, help="seconds a level may drain before the rest is cut (default 30; quick 15)")
+    parser.add_argument(
+        "--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 1024), help="prompt tokens, LOW-HIGH (default 32-1024)"
+    )
+    parser.add_argument(
+        "--output-lengths", type=LengthRange.parse, default=LengthRange(16, 256), help="output tokens, LOW-HIGH (default 16-256)"
+    )
+    parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload (levels cycle through it)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slo", type=Slo.parse, default=Slo(), help="per-request objectives in seconds (default ttft=1,tpot=0.1)")
+    parser.add_argument("--url", help="a running Triton (host:http_port) in explicit model-control mode; default: start one")
+    parser.add_argument("--grpc-url", help="its gRPC host:port (default: the HTTP port + 1)")
+    parser.add_argument("--admin-key", help="the running server's model-control key, if restricted")
+    parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER, help="the binary (make llama-server)")
+    parser.add_argument("--llama-parallel", type=int, default=16, help="llama-server --parallel (default 16: llm's max_num_seqs)")
+    parser.add_argument("--llama-context", type=int, default=32768, help="llama-server --ctx-size, unified across slots")
+    parser.add_argument("--llama-threads", type=int, default=os.cpu_count() or 2, help="llama-server --threads (default: the CPUs)")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=MODEL_REPOSITORY / MODEL / "1" / "tokenizer.json",
+        help="for sizing prompts (fallback: the GGUF's)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-llm")
+    parser.add_argument(
+        "--append",
+        type=Path,
+        help="an earlier bench-llm.json of the same workload and plan: add this run's targets to it (a second invocation)",
+    )
+    add_verbosity_flags(parser)
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    base = QUICK if args.quick else FULL
+    return Plan(
+        concurrency=base.concurrency if args.concurrency is None else args.concurrency,
+        rates=base.rates if args.rates is None else args.rates,
+        seconds=base.seconds if args.seconds is None else args.seconds,
+        drain_s=base.drain_s if args.drain is None else args.drain,
+    )
+
+
+def selected_targets(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in TARGET_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown target(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(TARGET_NAMES)}")
+    return names
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    if path.is_file():
+        return Tokenizer.from_file(path)
+    log.info("no %s (run `make export`); sizing prompts with the GGUF's tokenizer", path)
+    return Tokenizer.from_gguf(gguf_path())
+
+
+@contextlib.contextmanager
+def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str]]:
+    """(model-control client, gRPC URL) of the server whose `llm` is measured."""
+    from tools.contract import grpc_url_beside
+    from tools.serve.admin_key import headers_for
+    from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+
+    if args.url:
+        control = TritonClient(args.url, headers_for(args.admin_key))
+        check_model_control(control)
+        with control.restoring(MODEL, control.config(MODEL), hint=f"reload {MODEL} through the model-control API"):
+            yield control, args.grpc_url or grpc_url_beside(args.url)
+        return
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, model_control_mode="explicit", load_models=(MODEL,))
+    with LocalTriton(options, log_path=BUILD_DIR / f"triton-llmbench-{http}.log").start() as server:
+        yield server.client, options.grpc_url
+
+
+async def measure_target(
+    client: StreamClient, requests: Sequence[LlmRequest], plan: Plan, seed: int
+) -> list[tuple[Schedule, list[StreamRecord], float, int, float | None]]:
+    """Per level: (schedule, records, duration, late sends, load average at its start)."""
+    await client.open()
+    try:
+        for index in range(2):  # warm-up, not measured
+            warm = LlmRequest(-1 - index, requests[index].prompt, requests[index].prompt_tokens, 8)
+            await client.generate(warm, StreamRecord(-1, 0.0), time.perf_counter)
+        runs = []
+        for number, schedule in enumerate(plan.schedules()):
+            driver = LevelDriver(client, requests, plan.seconds, plan.drain_s, seed=seed + number)
+            run = await driver.run(schedule)
+            runs.append((schedule, run.records, run.duration_s, run.late_sends, run.load_average))
+        return runs
+    finally:
+        await client.close()
+
+
+def level_entry(
+    target: str, schedule: Schedule, records: list[StreamRecord], duration_s: float, late_sends: int, load: float | None, slo: Slo
+) -> dict:
+    figures = LevelFigures.of(records, duration_s, slo)
+    closed = isinstance(schedule, ClosedLoop)
+    errors = [r.message for r in records if not r.completed and r.message]
+    entry = {
+        "target": target,
+        "kind": "closed" if closed else "poisson",
+        "load": schedule.concurrency if closed else schedule.rate,
+        "label": level_label(schedule),
+        **figures.as_dict(),
+        "late_sends": late_sends,
+        "load_average": load,
+        "first_error": errors[0] if errors else None,
+    }
+    log.info(
+        "%s, %s: %.1f out tok/s, goodput %.3f req/s, TTFT p99 %s ms, TPOT p50 %s ms, %d/%d done",
+        target, entry["label"], figures.output_tokens_per_s, figures.goodput_rps, figures.ttft_p99_ms, figures.tpot_p50_ms,
+        figures.completed, figures.requests,
+    )  # fmt: skip
+    return entry
+
+
+def run_bench(args: argparse.Namespace) -> dict:
+    plan = plan_of(args)
+    names = selected_targets(args.targets)
+    if LLAMA_SERVER in names and not args.llama_server.is_file():
+        raise FileNotFoundError(f"no llama-server at {args.llama_server}; build it with `make llama-server`")
+    cpu = cpu_description()
+    load_average = round(os.getloadavg()[0], 2)
+    workload = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
+    requests = workload.build(load_tokenizer(args.tokenizer))
+    mean_prompt, mean_output = mean_lengths(requests)
+    log.info("workload: %s; mean prompt %.0f, mean output %.0f tokens", workload.describe(), mean_prompt, mean_output)
+    levels, described = [], []
+    with contextlib.ExitStack() as stack:
+        targets: list[Target] = []
+        if any(name in MODES for name in names):
+            control, grpc_url = stack.enter_context(triton_control(args))
+            targets += [ModeTarget(name, control, grpc_url) for name in names if name in MODES]
+        if LLAMA_SERVER in names:
+            targets.append(LlamaServerTarget(args.llama_server, gguf_path(), args.llama_parallel, args.llama_context, args.llama_threads))
+        for target in targets:
+            log.info("measuring %s", target.name)
+            with target.serving() as client:
+                runs = asyncio.run(measure_target(client, requests, plan, args.seed))
+                described.append({"name": target.name, "description": target.describe(), "protocol": client.name})
+            levels += [level_entry(target.name, *run, slo=args.slo) for run in runs]
+    return {
+        "date": datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "load_average": load_average,
+        "runs": 1,
+        "workload": {
+            "description": workload.describe(),
+            "prompt_lengths": str(args.prompt_lengths),
+            "output_lengths": str(args.output_lengths),
+            "seed": args.seed,
+            "mean_prompt_tokens": mean_prompt,
+            "mean_output_tokens": mean_output,
+        },
+        "slo": args.slo.describe(),
+        "slo_ttft_s": args.slo.ttft_s,
+        "slo_tpot_s": args.slo.tpot_s,
+        "settings": {
+            "concurrency": list(plan.concurrency),
+            "rates": list(plan.rates),
+            "seconds": plan.seconds,
+            "drain_s": plan.drain_s,
+            "quick": args.quick,
+        },
+        "targets": described,
+        "levels": levels,
+    }
+
+
+# What must match for two invocations to share one table: the same requests under the same load.
+COMPARABLE = (("workload", "prompt_lengths"), ("workload", "output_lengths"), ("workload", "seed"), ("settings", None), ("slo", None))
+
+
+def append_to(earlier: dict, report: dict) -> dict:
+    """`earlier` with this run's targets and levels added; ValueError when the two runs did not
+    send the same requests under the same plan and SLO (their figures would not compare)."""
+    for section, key in COMPARABLE:
+        mine, theirs = report[section], earlier.get(section)
+        if key is not None:
+            mine, theirs = mine[key], (theirs or {}).get(key)
+        if section == "settings":
+            mine, theirs = {**mine, "quick": None}, {**(theirs or {}), "quick": None}
+        if mine != theirs:
+            raise ValueError(f"cannot append: {section}{'.' + key if key else ''} differs ({theirs!r} there, {mine!r} here)")
+    clash = {t["name"] for t in report["targets"]} & {t["name"] for t in earlier["targets"]}
+    if clash:
+        raise ValueError(f"cannot append: {', '.join(sorted(clash))} already measured there")
+    invocation = {"date": report["date"], "load_average": report["load_average"], "targets": [t["name"] for t in report["targets"]]}
+    return {
+        **earlier,
+        "targets": earlier["targets"] + report["targets"],
+        "levels": earlier["levels"] + report["levels"],
+        "appended": [*earlier.get("appended", []), invocation],
+    }
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    try:
+        earlier = json.loads(args.append.read_text()) if args.append else None
+        report = run_bench(args)
+        if earlier is not None:
+            report = append_to(earlier, report)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        log.error("%s", exc)
+        return 2
+    for path in write_report(report, args.out):
+        print(path)
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
