@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tools.contract import LLM_MODEL
 from tools.paths import MODEL_REPOSITORY
 from tools.ports import free_ports
 from tools.repo.artifacts import missing_artifacts
+from tools.repo.view import repository_without
 from tools.serve.local_triton import LocalTriton, ServerOptions
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -31,27 +33,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             used = ", ".join(sorted(SERVER_FIXTURES.intersection(item.fixturenames)))
             raise pytest.UsageError(f"{item.nodeid} uses {used}: tests/unit is the tier without servers; move it to tests/integration")
 
-LLM_MODEL = "llm"
-
-
-def without_llm(repository: Path, folder: Path) -> Path:
-    """A view of `repository` (a link per model folder) without the LLM: the suite's ~30
-    servers start in seconds and stay small; only the LLM fixture loads it."""
-    for model_dir in sorted(repository.iterdir()):
-        if model_dir.is_dir() and model_dir.name != LLM_MODEL:
-            (folder / model_dir.name).symlink_to(model_dir.resolve(), target_is_directory=True)
-    return folder
-
 
 def start_triton(log_path: Path, with_llm: bool = False, **overrides) -> LocalTriton:
     """Start Triton on fresh free ports; a failed start raises with the log tail. The LLM
     is left out unless `with_llm`."""
-    missing = [path for path in missing_artifacts(MODEL_REPOSITORY) if with_llm or path.relative_to(MODEL_REPOSITORY).parts[0] != LLM_MODEL]
+    missing = missing_artifacts(MODEL_REPOSITORY)
+    if not with_llm:
+        missing = [path for path in missing if path.relative_to(MODEL_REPOSITORY).parts[0] != LLM_MODEL]
     if missing:
         pytest.fail(f"model repository is not exported ({missing[0]}); run `make export` (make test does it)")
     if not with_llm:
         repository = overrides.get("model_repository", MODEL_REPOSITORY)
-        overrides["model_repository"] = without_llm(repository, Path(tempfile.mkdtemp(prefix="models-", dir=log_path.parent)))
+        overrides["model_repository"] = repository_without(
+            repository, {LLM_MODEL}, Path(tempfile.mkdtemp(prefix="models-", dir=log_path.parent))
+        )
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=5, **overrides)
     return LocalTriton(options, log_path=log_path).start()

@@ -29,3 +29,7 @@ INPUT_IDS, ATTENTION_MASK = TOKEN_INPUTS
 def grpc_url_beside(http_url: str) -> str:
     """The gRPC host:port of the server at `http_url`, assuming Triton's default gRPC port."""
     return f"{http_url.rsplit(':', 1)[0]}:{GRPC_PORT}"
+
+
+# The generative model's folder in the model repository (model_repository/llm, the `llm` package).
+LLM_MODEL = "llm"

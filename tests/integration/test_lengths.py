@@ -79,7 +79,7 @@ def policy_server(explicit_triton) -> Iterator[PolicyServer]:
     try:
         yield server
     finally:
-        control = TritonClient(server.options.http_url, server.headers)
+        control = explicit_triton.client()
         control.load("encoder")
         control.load("tokenizer")
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from tools.bench.machine import cpu_description
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.llmbench.clients import StreamClient
 from tools.llmbench.driver import LevelDriver, Schedule, level_label
@@ -35,6 +34,7 @@ from tools.llmbench.report import write_report
 from tools.llmbench.targets import LLAMA_SERVER, MODEL, MODES, LlamaServerTarget, ModeTarget, Target, check_model_control
 from tools.llmbench.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths
 from tools.load.schedules import ClosedLoop, Poisson
+from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 from tools.triton_client import TritonClient
 
@@ -151,8 +151,9 @@ def load_tokenizer(path: Path) -> Tokenizer:
 def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str]]:
     """(model-control client, gRPC URL) of the server whose `llm` is measured."""
     from tools.contract import grpc_url_beside
+    from tools.ports import free_ports
     from tools.serve.admin_key import headers_for
-    from tools.serve.local_triton import LocalTriton, ServerOptions, free_ports
+    from tools.serve.local_triton import LocalTriton, ServerOptions
 
     if args.url:
         control = TritonClient(args.url, headers_for(args.admin_key))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.bench.machine import cpu_summary
 from tools.load.results import format_ms
+from tools.machine import cpu_summary
 
 COLUMNS = (
     ("out tok/s", "output_tokens_per_s", ".1f"),

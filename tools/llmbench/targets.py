@@ -19,16 +19,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.contract import LLM_MODEL
 from tools.llmbench.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
 from tools.paths import BUILD_DIR
-from tools.serve.process_group import stop_process_group, wait_for_http_ok
+from tools.serve.process_group import stop_process_group
 from tools.triton_client import TritonClient, TritonError
+from tools.triton_client.readiness import wait_for_http_ok
 
 log = logging.getLogger(__name__)
 
 MODES = ("iteration", "request", "none")
 LLAMA_SERVER = "llama-server"
-MODEL = "llm"
+MODEL = LLM_MODEL
 UNLOAD_TIMEOUT_S = 120.0
 
 
@@ -109,7 +111,7 @@ class LlamaServerTarget:
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[StreamClient]:
-        from tools.serve.local_triton import free_ports
+        from tools.ports import free_ports
 
         if not self.binary.is_file():
             raise FileNotFoundError(f"no llama-server at {self.binary}; build it with `make llama-server`")

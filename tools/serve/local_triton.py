@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.cli.exit_status import NoServerError
-from tools.contract import GRPC_PORT, HTTP_PORT, LOOPBACK, METRICS_PORT
+from tools.contract import GRPC_PORT, HTTP_PORT, LLM_MODEL, LOOPBACK, METRICS_PORT
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.ports import port_in_use
 from tools.repo.artifacts import missing_artifacts
@@ -353,7 +353,7 @@ def describe_endpoints(options: ServerOptions) -> Sequence[str]:
         f"gRPC     {options.grpc_url}",
         f"metrics  {options.metrics_url}",
     ]
-    if (options.model_repository / "llm" / "config.pbtxt").is_file():  # the generative model (llm/, docs/llm.md)
+    if (options.model_repository / LLM_MODEL / "config.pbtxt").is_file():  # the generative model (llm/, docs/llm.md)
         lines += [
             f"LLM      curl -X POST {options.http_url}/v2/models/llm/generate -d '{LLM_EXAMPLE}'",
             f'         streaming: POST .../llm/generate_stream with "stream": true (SSE), or gRPC {options.grpc_url} (stream)',

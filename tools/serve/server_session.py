@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from tools.contract import grpc_url_beside
-from tools.paths import BUILD_DIR
+from tools.contract import LLM_MODEL, grpc_url_beside
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY
 from tools.ports import free_ports
+from tools.repo.view import repository_without
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, triton_client
 from tools.triton_client import TritonClient
 
@@ -39,16 +42,27 @@ class Endpoints:
 
 @contextlib.contextmanager
 def triton_endpoints(
-    url: str | None, grpc_url: str | None = None, explicit_control: bool = False, admin_key: str | None = None, **overrides
+    url: str | None,
+    grpc_url: str | None = None,
+    explicit_control: bool = False,
+    admin_key: str | None = None,
+    serve_llm: bool = False,
+    **overrides,
 ) -> Iterator[Endpoints]:
     """Yield endpoints of a ready server: the one at `url` (whose model-control key, if
-    any, is `admin_key`), or a local one started here (with a fresh key of its own)."""
+    any, is `admin_key`), or a local one started here (with a fresh key of its own), which
+    leaves the LLM out unless `serve_llm` (the embedding tools have no use for it)."""
     if url:
         if not TritonClient(url).server_ready():
             raise TritonStartError(f"no ready Triton answers at http://{url}")
         yield Endpoints(url, grpc_url or grpc_url_beside(url), admin_key)
         return
     http, grpc, metrics = free_ports(3)
+    if not serve_llm:
+        repository = overrides.get("model_repository", MODEL_REPOSITORY)
+        BUILD_DIR.mkdir(parents=True, exist_ok=True)
+        view = Path(tempfile.mkdtemp(prefix=f"models-{http}-", dir=BUILD_DIR))
+        overrides["model_repository"] = repository_without(repository, {LLM_MODEL}, view)
     options = ServerOptions(
         http_port=http,
         grpc_port=grpc,
