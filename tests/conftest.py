@@ -108,7 +108,7 @@ def client(request, triton):
 
 
 def start_gateway(triton_grpc_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None):
-    """The OpenAI-compatible gateway as a real server process on a free port (gateway.process)."""
+    """The OpenAI-compatible gateway as a real server process on a free port (tools.serve.gateway_process)."""
     from tools.serve.gateway_process import GatewayProcess
 
     (port,) = free_ports(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -39,7 +40,11 @@ def test_readme_shows_client_commands() -> None:
     assert any("tools.embed" in c for c in commands)
 
 
-@pytest.mark.parametrize("command", client_commands())
+def embedding_commands() -> list[str]:
+    return [command for command in client_commands() if "/models/llm/" not in command]
+
+
+@pytest.mark.parametrize("command", embedding_commands())
 def test_readme_client_command_works(command: str, triton) -> None:
     result = subprocess.run(on_test_server(command, triton), shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -55,3 +60,13 @@ def test_readme_python_example_works(triton) -> None:
     code = on_test_server(example, triton) + "\nassert embeddings.shape == (2, 384), embeddings.shape\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_readme_llm_command_generates_text(llm_triton) -> None:
+    (command,) = [command for command in client_commands() if "/models/llm/" in command]
+    result = subprocess.run(
+        on_test_server(command, llm_triton.options), shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["model_name"] == "llm" and answer["text_output"].startswith("The capital of France is"), answer
