@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from llm.contract import EngineConfig, ScheduledChunk
-from llm.engine import LlamaDims, LlamaExecutor, load_checkpoint, save_checkpoint
+from llm.engine import LlamaExecutor, load_checkpoint, save_checkpoint
 from llm.engine.checkpoint import fuse_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
+
+from tests.unit.tiny_llama import tiny_executor, tiny_hf_llama  # noqa: E402
 
 BLOCK = 4
 ATOL = 1e-4
@@ -18,36 +20,11 @@ ATOL = 1e-4
 
 @pytest.fixture(scope="module")
 def hf_model():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=97,
-        hidden_size=48,
-        intermediate_size=80,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
-        tie_word_embeddings=True,
-        eos_token_id=2,
-        bos_token_id=1,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # HF initialises norms to 1: randomise them so a swapped norm fails
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.uniform_(0.5, 1.5)
-    return model
+    return tiny_hf_llama()
 
 
 def make_executor(hf_model, dtype: str = "float32", num_blocks: int = 64) -> LlamaExecutor:
-    dims = LlamaDims.from_hf_config(hf_model.config)
-    tensors = fuse_hf_state_dict(hf_model.state_dict(), dims)
-    block_bytes = 2 * dims.num_layers * BLOCK * dims.num_kv_heads * dims.head_dim * (4 if dtype == "float32" else 2)
-    config = EngineConfig(dtype=dtype, block_size=BLOCK, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
-    return LlamaExecutor(dims, tensors, config)
+    return tiny_executor(hf_model, num_blocks, BLOCK, dtype)
 
 
 def hf_logits(hf_model, tokens: list[int]) -> torch.Tensor:

@@ -247,33 +247,13 @@ def test_the_loop_reproduces_the_engines_greedy_tokens_for_concurrent_requests()
     """The real engine on a tiny random Llama: concurrent requests, chunked prefills and
     preemptions on a tight KV cache give each request the tokens of transformers' greedy
     decoding of that request alone."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     import torch
 
-    from llm.contract import EngineConfig
-    from llm.engine import LlamaDims, LlamaExecutor
-    from llm.engine.checkpoint import fuse_hf_state_dict
+    from tests.unit.tiny_llama import tiny_executor, tiny_hf_llama
 
-    torch.manual_seed(0)
-    hf_config = transformers.LlamaConfig(
-        vocab_size=97,
-        hidden_size=48,
-        intermediate_size=80,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=128,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
-        tie_word_embeddings=True,
-        eos_token_id=2,
-        bos_token_id=1,
-    )
-    hf_model = transformers.LlamaForCausalLM(hf_config).eval()
-    dims = LlamaDims.from_hf_config(hf_config)
-    block_bytes = 2 * dims.num_layers * 4 * dims.num_kv_heads * dims.head_dim * 4
-    engine_config = EngineConfig(block_size=4, kv_cache_bytes=16 * block_bytes, max_model_len=128)
-    executor = LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), engine_config)
+    hf_model = tiny_hf_llama(randomise_norms=False)
+    executor = tiny_executor(hf_model, num_blocks=16)
     assert executor.num_blocks == 16
 
     def greedy_alone(prompt: list[int], max_tokens: int) -> list[int]:

@@ -1,0 +1,48 @@
+"""A tiny random Llama (2 layers, grouped-query attention) as transformers builds it and as
+our engine runs it: the reference the engine, the loop and the export gate are checked on."""
+
+from __future__ import annotations
+
+import torch
+
+from llm.contract import EngineConfig
+from llm.engine import LlamaDims, LlamaExecutor
+from llm.engine.checkpoint import fuse_hf_state_dict
+
+
+def tiny_hf_llama(randomise_norms: bool = True):
+    """transformers' LlamaForCausalLM with random weights; norms randomised too (HF sets them
+    to 1), so a swapped norm changes the logits."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+        tie_word_embeddings=True,
+        eos_token_id=2,
+        bos_token_id=1,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    if randomise_norms:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "norm" in name:
+                    param.uniform_(0.5, 1.5)
+    return model
+
+
+def tiny_executor(hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32") -> LlamaExecutor:
+    """Our engine over the same weights, with exactly `num_blocks` KV blocks."""
+    dims = LlamaDims.from_hf_config(hf_model.config)
+    block_bytes = 2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * (4 if dtype == "float32" else 2)
+    config = EngineConfig(dtype=dtype, block_size=block_size, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
+    return LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), config)
