@@ -1,5 +1,5 @@
 """reports/bench-llm/: the run as JSON (every figure), Markdown (the tables and the
-comparisons the issue asks for) and a PNG (goodput and p99 TTFT against offered load,
+comparisons the benchmark targets) and a PNG (goodput and p99 TTFT against offered load,
 one line per target; closed loop and Poisson on their own axes).
 
 The report document: {"date", "cpu", "workload", "slo", "settings", "runs", "targets":
@@ -61,7 +61,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def comparisons(levels: list[dict]) -> list[str]:
-    """The issue's targets, stated as measured (levels that did not run are left out)."""
+    """The benchmark's targets (docs/llm.md), stated as measured (levels that did not run are left out)."""
     lines = []
     for streams in (16, 32):
         it, req, none, llama = (
@@ -117,7 +117,7 @@ def render_markdown(report: dict) -> str:
             lines += [f"## {title}", "", *table(rows), ""]
     compared = comparisons(levels)
     if compared:
-        lines += ["## Against the issue's targets", "", *compared, ""]
+        lines += ["## Against the targets", "", *compared, ""]
     failures = [lv for lv in levels if lv["requests"] > lv["completed"]]
     if failures:
         lines += ["## Requests that did not complete", ""]

@@ -1,4 +1,4 @@
-"""The generative LLM as a decoupled Triton Python model (issue 19, section 4).
+"""The generative LLM as a decoupled Triton Python model.
 
 A thin adapter: execute() parses and validates each request (llm/serving/request.py), submits
 it to the one EngineLoop and returns at once; the engine thread runs the iteration-level
