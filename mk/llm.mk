@@ -1,4 +1,4 @@
-# The generative model (`llm`, issue 19) measured against llama.cpp's server (docs/llm.md).
+# The generative model (`llm`) measured against llama.cpp's server (docs/llm.md).
 #   make llama-server                        build llama.cpp's llama-server into build/llama.cpp (~1 h on 2 shared cores; once)
 #   make bench-llm                           our three modes and llama-server, the full load (reports/bench-llm/, ~40 min)
 #   make bench-llm BENCH_LLM_ARGS=--quick    a short run (~10 min)
