@@ -79,7 +79,7 @@ def policy_server(explicit_triton) -> Iterator[PolicyServer]:
     try:
         yield server
     finally:
-        control = explicit_triton.client()
+        control = explicit_triton.client
         control.load("encoder")
         control.load("tokenizer")
 
