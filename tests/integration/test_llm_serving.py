@@ -88,9 +88,11 @@ def test_a_short_request_sent_while_a_long_one_streams_finishes_first(stream) ->
 
 
 def test_cancelling_a_stream_frees_its_slot_and_kv_blocks(llm_triton) -> None:
+    """A request that ran to its 256th token would finish as `length`: one more `abort` proves the
+    cancellation stopped it (the token histograms are written behind the responses, so a sum taken
+    before the test may still lack the previous test's requests)."""
     before = metrics(llm_triton)
     aborted = metric_total(before, "vllm:request_success", finished_reason="abort")
-    generated = metric_total(before, "vllm:request_generation_tokens_sum")
     connection = LlmStream(llm_triton.options.grpc_url)
     _, received = connection.send(grpc_inputs("Count from one to a thousand.", sampling={"max_tokens": 256, "ignore_eos": True}))
     connection.wait(lambda: len(received.times) >= 2)
@@ -102,7 +104,6 @@ def test_cancelling_a_stream_frees_its_slot_and_kv_blocks(llm_triton) -> None:
     idle = wait_for_metrics(llm_triton, lambda s: metric_total(s, "vllm:num_requests_running") == 0)
     assert metric_total(idle, "vllm:num_requests_running") == 0
     assert metric_total(idle, "vllm:kv_cache_usage_perc") == 0
-    assert metric_total(idle, "vllm:request_generation_tokens_sum") - generated < 256, "it stopped before its last token"
 
 
 def test_metrics_carry_vllm_names_and_histograms(llm_triton, stream) -> None:
