@@ -78,13 +78,23 @@ def test_streaming_with_the_prompt_included_is_refused(llm_triton) -> None:
 
 def test_requests_beyond_the_waiting_bound_are_refused_as_unavailable(llm_triton) -> None:
     """Every running slot is held by a long request and max_waiting more wait; the next ones
-    are refused at once, naming the bound; cancelling the stream frees everything."""
-    connection = LlmStream(llm_triton.options.grpc_url)
-    try:
-        long = {"max_tokens": 256, "ignore_eos": True}
-        for _ in range(SCHEDULER.max_num_seqs + SCHEDULER.max_waiting + 8):
-            connection.send(grpc_inputs("Hi", sampling=long))
-        error = connection.next_error(timeout_s=300)
-        assert "max_waiting" in error and str(SCHEDULER.max_waiting) in error
-    finally:
-        connection.close(cancel=True)
+    are refused at once, naming the bound; cancelling the stream frees everything. The bound is
+    made small by a config override: the committed 256 would take about 280 concurrent streams,
+    and such a flood crashed Triton 2.51's Python backend (boost lock_exception, docs/llm.md)."""
+    client = llm_triton.client
+    committed = client.config("llm")
+    small = type(committed)()
+    small.CopyFrom(committed)
+    small.parameters["max_num_seqs"].string_value = "2"
+    small.parameters["max_waiting"].string_value = "4"
+    with client.restoring("llm", committed):
+        client.load("llm", small)
+        connection = LlmStream(llm_triton.options.grpc_url)
+        try:
+            long = {"max_tokens": 256, "ignore_eos": True}
+            for _ in range(2 + 4 + 8):
+                connection.send(grpc_inputs("Hi", sampling=long))
+            error = connection.next_error(timeout_s=120)
+            assert "max_waiting" in error and "4 requests are already waiting" in error
+        finally:
+            connection.close(cancel=True)

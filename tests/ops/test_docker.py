@@ -75,7 +75,7 @@ def test_every_mounted_folder_exists_and_every_model_config_parses(resolved_comp
             assert source.exists(), f"{name} mounts {source}, which does not exist"
             if volume["target"] == "/models":
                 configs = sorted(source.glob("*/config.pbtxt"))
-                assert {path.parent.name for path in configs} == {"embed", "encoder", "tokenizer"}
+                assert {path.parent.name for path in configs} == {"embed", "encoder", "llm", "tokenizer"}
                 for config in configs:
                     load_config(config)  # raises with the file name on a parse error
                 assert missing_artifacts(source) == []

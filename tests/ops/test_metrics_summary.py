@@ -12,7 +12,7 @@ from tools.embed import EmbeddingClient
 from tools.observe.metrics_summary import metrics_by_model, read_server, summary_rows
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports
-from tools.serve.local_triton import ServerOptions
+from tools.serve.local_triton import ServerOptions, triton_client
 from tools.triton_client import parse_metrics
 from tools.triton_client.stats import ModelStats
 
@@ -54,7 +54,7 @@ def settled_snapshot(triton: ServerOptions):
     previous test's last request in this window)."""
     for model in ("embed", "tokenizer", "encoder"):
         ModelStats.settled(triton.http_url, model)
-    return read_server(triton.client)
+    return read_server(triton_client(triton.http_url, metrics_url=triton.metrics_url))
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ from tests.conftest import start_triton
 from tools.embed import EmbeddingClient
 from tools.observe.metrics_summary import ModelMetrics, WarmUp, fetch_warmup, read_server, summary_rows, warmup_of, without_warmup
 from tools.repo.model_config import parse_config
-from tools.serve.local_triton import ServerOptions
+from tools.serve.local_triton import ServerOptions, triton_client
 from tools.triton_client.stats import ModelStats
 
 TWO_GROUPS = """
@@ -55,12 +55,14 @@ def fresh_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerOpt
 
 @pytest.mark.integration
 def test_a_fresh_server_reports_no_traffic_and_then_exactly_the_requests_sent(fresh_triton: ServerOptions) -> None:
-    warmup = fetch_warmup(fresh_triton.client, "encoder")
+    warmup = fetch_warmup(triton_client(fresh_triton.http_url, metrics_url=fresh_triton.metrics_url), "encoder")
     assert warmup.executions > 0, "the committed encoder config warms up"
     raw = ModelStats.settled(fresh_triton.http_url, "encoder")
     assert raw.requests == warmup.requests and raw.executions == warmup.executions, "precondition: Triton counts its warm-up"
 
-    rows = {row["model"]: row for row in summary_rows(read_server(fresh_triton.client))}
+    rows = {
+        row["model"]: row for row in summary_rows(read_server(triton_client(fresh_triton.http_url, metrics_url=fresh_triton.metrics_url)))
+    }
     assert rows["encoder"]["requests"] == 0 and rows["encoder"]["warm-up"] == warmup.requests
     assert rows["encoder"]["total ms"] is None and rows["encoder"]["avg batch"] is None, "no traffic: no value"
     assert rows["encoder"]["batches (size x n)"] == "-"
@@ -71,7 +73,9 @@ def test_a_fresh_server_reports_no_traffic_and_then_exactly_the_requests_sent(fr
             client.embed([f"warm-up is not traffic, request {index}"])
     for model in ("embed", "encoder"):
         ModelStats.settled(fresh_triton.http_url, model)
-    rows = {row["model"]: row for row in summary_rows(read_server(fresh_triton.client))}
+    rows = {
+        row["model"]: row for row in summary_rows(read_server(triton_client(fresh_triton.http_url, metrics_url=fresh_triton.metrics_url)))
+    }
     assert rows["embed"]["requests"] == sent and rows["embed"]["warm-up"] == 0
     assert rows["encoder"]["requests"] == sent, rows["encoder"]
     assert rows["encoder"]["total ms"] is not None

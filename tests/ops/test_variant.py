@@ -19,7 +19,7 @@ GPU = model_config_pb2.ModelInstanceGroup.KIND_GPU
 def test_gpu_variant_parses_passes_batching_checks_and_has_its_artifacts(tmp_path) -> None:
     out = tmp_path / "gpu"
     names = write_variant("gpu", out)
-    assert names == ["embed", "encoder", "tokenizer"]
+    assert names == ["embed", "encoder", "llm", "tokenizer"]
     for name in names:
         config = load_config(out / name)
         assert batching_problems(config) == []
