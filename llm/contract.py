@@ -29,6 +29,7 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0
     priority: int = 0  # lower value = served first (vLLM's convention); Triton does not pass its own priority to Python models
+    queue_timeout_ms: float | None = None  # ours, not vLLM's: a request not scheduled within this long after arrival fails ("timeout")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class RequestOutput:
     new_text: str
     new_token_ids: Sequence[int]
     finished: bool
-    finish_reason: str | None = None  # "stop" (EOS or a stop string), "length", "abort" (cancelled), "error"
+    finish_reason: str | None = None  # "stop" (EOS or a stop string), "length", "abort" (cancelled), "timeout" (queue_timeout_ms), "error"
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
     error: str | None = None
@@ -92,6 +93,8 @@ class StepStats:
     kv_blocks_used: int
     kv_blocks_total: int
     preemptions: int  # in this step
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache by the sequences admitted in this step
+    prefix_cache_hits: int = 0  # of those, tokens found cached (their prefill skipped)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 256  # a prompt's chunk per step (Sarathi-Serve's chunked prefill)
     max_wait_ms: float = 0.0  # how long a partly filled step (request mode: a partly filled batch) may wait for arrivals
     max_waiting: int = 256  # waiting requests beyond which a new one is rejected
+    enable_prefix_caching: bool = True  # share full KV blocks of equal prefixes across requests (vLLM's name)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,14 @@ Modes share this code and differ only in who may be admitted:
 - `request`: a batch gathered within `max_wait_ms` of its first arrival runs to completion
   before the next batch forms (request-level dynamic batching);
 - `none`: a batch of one.
+
+With prefix caching (`enable_prefix_caching`), a sequence admitted with an empty KV cache
+first takes the cached blocks of its longest cached prefix (block_manager.py): its first
+chunk starts after them, and only the uncached tokens count against the token budget.
+
+A request with `queue_timeout_ms` that is still waiting, never scheduled, when its deadline
+passes is handed back by `expire` for the loop to fail; a preempted one has been served and
+does not expire.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from llm.contract import ScheduledChunk, SchedulerConfig
-from llm.scheduler.block_manager import BlockManager, blocks_for
+from llm.scheduler.block_manager import BlockManager, blocks_for, chain_hashes
 from llm.scheduler.queue import WaitingQueue, order_key
 from llm.scheduler.sequence import Sequence, SequenceStatus
 
@@ -35,6 +43,8 @@ class StepPlan:
     seqs: tuple[Sequence, ...]
     decodes: tuple[bool, ...] = ()
     preempted: tuple[Sequence, ...] = ()
+    prefix_cache_queries: int = 0  # prompt tokens of the admitted sequences looked up in the cache
+    prefix_cache_hits: int = 0  # of those, tokens found cached
 
     @property
     def empty(self) -> bool:
@@ -68,6 +78,17 @@ class _Entry:
     seq: Sequence
     count: int  # tokens fed this step
     decode: bool
+    queried: int = 0  # admitted this step: tokens looked up in the prefix cache
+    hit: int = 0  # and found there
+
+
+@dataclass(frozen=True)
+class _Admission:
+    """How a waiting sequence would enter this step: the cached blocks it takes, the tokens it feeds."""
+
+    hit: list[int]
+    cached_tokens: int
+    count: int
 
 
 class Scheduler:
@@ -83,7 +104,7 @@ class Scheduler:
             )
         self.config = config
         self.max_model_len = max_model_len
-        self.blocks = BlockManager(num_blocks, block_size)
+        self.blocks = BlockManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching)
         self.waiting = WaitingQueue(config.policy)
         self.running: list[Sequence] = []
         self._key = order_key(config.policy)
@@ -122,6 +143,16 @@ class Scheduler:
         self.blocks.release(seq.block_table)
         self._batch.discard(seq.seq_id)
         seq.status = SequenceStatus.FINISHED
+
+    def expire(self, now: float) -> list[Sequence]:
+        """Waiting sequences never scheduled whose queue deadline has passed, taken out of the
+        queue (their status stays WAITING until the caller finishes them)."""
+        expired = [
+            seq for seq in self.waiting if seq.first_scheduled is None and seq.queue_deadline is not None and seq.queue_deadline <= now
+        ]
+        for seq in expired:
+            self.waiting.remove(seq)
+        return expired
 
     @property
     def has_work(self) -> bool:
@@ -185,6 +216,8 @@ class Scheduler:
             tuple(entry.seq for entry in plan),
             tuple(entry.decode for entry in plan),
             tuple(preempted),
+            sum(entry.queried for entry in plan),
+            sum(entry.hit for entry in plan),
         )
 
     def _budget_left(self, plan: list[_Entry]) -> int:
@@ -200,41 +233,52 @@ class Scheduler:
                 continue  # preempted in this step: it resumes in a later one
             if self.config.mode != "iteration" and seq.seq_id not in self._batch:
                 continue
-            if not self._has_room(seq, plan) and not self._displace_for(seq, plan, preempted, displaced):
+            admission = self._admission(seq, plan) or self._displace_for(seq, plan, preempted, displaced)
+            if admission is None:
                 break
-            count = min(seq.num_uncomputed, self.config.long_prefill_token_threshold, self._budget_left(plan))
             self.waiting.remove(seq)
-            self.blocks.grow(seq.block_table, seq.num_computed_tokens + count)
+            self.blocks.take(seq.block_table, admission.hit)
+            seq.num_computed_tokens = admission.cached_tokens
+            self.blocks.grow(seq.block_table, seq.num_computed_tokens + admission.count)
             seq.status = SequenceStatus.RUNNING
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
             self.running.append(seq)
-            plan.append(_Entry(seq, count, False))
+            queried = seq.num_tokens if self.blocks.prefix_caching else 0
+            plan.append(_Entry(seq, admission.count, False, queried, admission.cached_tokens))
 
-    def _has_room(self, seq: Sequence, plan: list[_Entry]) -> bool:
+    def _admission(self, seq: Sequence, plan: list[_Entry]) -> _Admission | None:
+        """How `seq` (waiting: no KV yet) enters this step, None when the budget, the caps or
+        the free blocks leave no room for it."""
         budget = self._budget_left(plan)
         if budget <= 0 or len(self.running) >= self.max_batch or len(plan) >= self.config.max_num_seqs:
-            return False
-        count = min(seq.num_uncomputed, self.config.long_prefill_token_threshold, budget)
-        return self.blocks.can_grow(seq.block_table, seq.num_computed_tokens + count)
+            return None
+        hit: list[int] = []
+        if self.blocks.prefix_caching:
+            hit = self.blocks.lookup(chain_hashes(seq.token_ids, self.blocks.block_size, seq.block_hashes), seq.num_tokens)
+        cached = len(hit) * self.blocks.block_size
+        count = min(seq.num_tokens - cached, self.config.long_prefill_token_threshold, budget)
+        if self.blocks.blocks_needed(hit, cached + count) > self.blocks.num_free:
+            return None
+        return _Admission(hit, cached, count)
 
-    def _displace_for(self, seq: Sequence, plan: list[_Entry], preempted: list[Sequence], displaced: set[int]) -> bool:
+    def _displace_for(self, seq: Sequence, plan: list[_Entry], preempted: list[Sequence], displaced: set[int]) -> _Admission | None:
         """Priority preemption (vLLM's priority policy): preempt the lowest-ranked running
         sequences, while they rank below `seq`, until it fits. Equal priorities never displace
         each other (the later arrival ranks below), so this cannot ping-pong."""
         if self.config.policy != "priority" or self.config.mode != "iteration":
-            return False
-        while not self._has_room(seq, plan):
+            return None
+        while (admission := self._admission(seq, plan)) is None:
             if not self.running:
-                return False
+                return None
             victim = max(self.running, key=self._key)
             if self._key(victim) <= self._key(seq):
-                return False
+                return None
             plan[:] = [entry for entry in plan if entry.seq is not victim]
             self._preempt(victim)
             preempted.append(victim)
             displaced.add(id(victim))
-        return True
+        return admission
 
     def _form_batch(self) -> None:
         """Request and none modes: the next batch is the head of the waiting queue."""
@@ -262,10 +306,17 @@ class Scheduler:
         )
 
     def commit(self, plan: StepPlan, sampled: Mapping[int, int]) -> None:
-        """After the step ran: its tokens are in the KV cache; append each sampled token."""
+        """After the step ran: its tokens are in the KV cache (blocks it filled are cached
+        under their hashes); append each sampled token."""
+        size = self.blocks.block_size
         for chunk, seq in zip(plan.chunks, plan.seqs):
             if seq.status is not SequenceStatus.RUNNING:
                 continue
+            before = seq.num_computed_tokens // size
             seq.num_computed_tokens += len(chunk.token_ids)
+            if self.blocks.prefix_caching and seq.num_computed_tokens // size > before:
+                hashes = chain_hashes(seq.token_ids, size, seq.block_hashes, seq.num_computed_tokens)
+                full = seq.num_computed_tokens // size
+                self.blocks.register(seq.block_table[before:full], hashes[before:full])
             if chunk.sample:
                 seq.token_ids.append(sampled[seq.seq_id])

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from llm.contract import GenerationRequest
+from llm.scheduler.block_manager import BlockHash
 
 
 class SequenceStatus(Enum):
@@ -29,6 +30,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     num_preemptions: int = 0
     first_scheduled: float | None = None
+    block_hashes: list[BlockHash] = field(default_factory=list)  # chained hashes of full blocks (prefix caching)
 
     @classmethod
     def from_request(cls, seq_id: int, request: GenerationRequest) -> Sequence:
@@ -55,6 +57,12 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def queue_deadline(self) -> float | None:
+        """When this request, never scheduled yet, stops waiting (`queue_timeout_ms`)."""
+        timeout_ms = self.request.params.queue_timeout_ms
+        return None if timeout_ms is None else self.request.arrival_time + timeout_ms / 1000.0
 
     @property
     def max_total_tokens(self) -> int:

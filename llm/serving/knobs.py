@@ -39,7 +39,15 @@ def _fields(cls: type) -> dict[str, type]:
 KNOWN = {**_fields(SchedulerConfig), **_fields(EngineConfig)}
 
 
+BOOLEANS = {"true": True, "false": False}
+
+
 def _convert(key: str, text: str, kind: type) -> object:
+    if kind is bool:
+        value = BOOLEANS.get(text.strip().lower())
+        if value is None:
+            raise KnobError(f"parameter {key}={text!r}: choose true or false")
+        return value
     if kind is str:
         value: object = text.strip()
         if key in CHOICES and value not in CHOICES[key]:
@@ -83,4 +91,8 @@ def parameters_from_pbtxt(path: Path) -> dict[str, str]:
 
 def knobs_to_parameters(scheduler: SchedulerConfig, engine: EngineConfig) -> dict[str, str]:
     """The inverse of parse_knobs: every knob as the string a config parameter holds."""
-    return {key: str(value) for config in (scheduler, engine) for key, value in dataclasses.asdict(config).items()}
+    return {
+        key: str(value).lower() if isinstance(value, bool) else str(value)
+        for config in (scheduler, engine)
+        for key, value in dataclasses.asdict(config).items()
+    }

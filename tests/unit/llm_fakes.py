@@ -2,8 +2,9 @@
 
 The fake keeps its own paged "KV cache" (token ids per block) and computes each sequence's
 next token from the context it reads back through the block table: a wrong block table, a
-wrong position or a lost recompute changes the tokens, so comparing with `reference_tokens`
-checks the scheduler's bookkeeping, not only its order.
+wrong position, a lost recompute or a shared (prefix-cached) block overwritten too early
+changes the tokens, so comparing with `reference_tokens` checks the scheduler's bookkeeping,
+not only its order.
 """
 
 from __future__ import annotations
@@ -53,8 +54,12 @@ class FakeExecutor:
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("injected failure")
-        used = [block for chunk in chunks for block in chunk.block_table]
-        assert len(used) == len(set(used)), "two sequences share a KV block"
+        written = [
+            chunk.block_table[position // self.block_size]
+            for chunk in chunks
+            for position in {p - p % self.block_size for p in range(chunk.start_position, chunk.start_position + len(chunk.token_ids))}
+        ]
+        assert len(written) == len(set(written)), "two sequences write into one KV block (only full cached blocks may be shared)"
         rows = []
         for chunk in chunks:
             end = chunk.start_position + len(chunk.token_ids)

@@ -128,8 +128,8 @@ def test_out_of_blocks_the_latest_arrival_is_preempted_and_resumes_ahead_of_new_
         assert seq.output_token_ids == reference_tokens(seq.token_ids[: seq.num_prompt_tokens], seq.request.params.max_tokens)
 
 
-def test_a_preempted_sequence_refeeds_its_prompt_and_generated_tokens() -> None:
-    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, long_prefill_token_threshold=64)
+def test_without_prefix_caching_a_preempted_sequence_refeeds_its_prompt_and_generated_tokens() -> None:
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, long_prefill_token_threshold=64, enable_prefix_caching=False)
     driver = Driver(config, num_blocks=6, block_size=4)
     driver.add([1, 2, 3, 4, 5, 6, 7], max_tokens=8, arrival=0.0)
     second = driver.add([8, 9, 10, 11, 12, 13, 14], max_tokens=8, arrival=1.0)
