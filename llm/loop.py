@@ -165,7 +165,9 @@ class EngineLoop:
         Returns whether a step ran."""
         self._take_in()
         self._poll_cancellations()
-        plan = self.scheduler.schedule(self._clock() if now is None else now)
+        now = self._clock() if now is None else now
+        self._expire(now)
+        plan = self.scheduler.schedule(now)
         self._publish()  # submit() bounds the waiting queue by this count while the step runs
         if plan.empty:
             return False
@@ -227,6 +229,15 @@ class EngineLoop:
                 continue
             if cancelled:
                 self._finish(request, "abort")
+
+    def _expire(self, now: float) -> None:
+        """Fail the requests that waited past their `queue_timeout_ms` without being scheduled."""
+        for seq in self.scheduler.expire(now):
+            waited_ms = (now - seq.request.arrival_time) * 1000.0
+            error = (
+                f"queue timeout: not scheduled within queue_timeout_ms={seq.request.params.queue_timeout_ms:g} (waited {waited_ms:.0f} ms)"
+            )
+            self._finish(self._open[seq.seq_id], "timeout", error=error)
 
     def _deliver(self, request: _OpenRequest, token: int, at: float) -> None:
         request.pending_token_ids.append(token)
@@ -315,6 +326,8 @@ class EngineLoop:
             kv_blocks_used=blocks.num_used,
             kv_blocks_total=blocks.num_blocks,
             preemptions=len(plan.preempted),
+            prefix_cache_queries=plan.prefix_cache_queries,
+            prefix_cache_hits=plan.prefix_cache_hits,
         )
         try:
             self._observer.on_step(stats)
