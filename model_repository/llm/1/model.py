@@ -5,7 +5,8 @@ it to the one EngineLoop and returns at once; the engine thread runs the iterati
 scheduler and calls back with each step's output, which becomes zero or more responses
 (llm/serving/responses.py) sent from that thread. Every request ends with one response
 flagged FINAL: its last text, or an error (INVALID_ARG for bad input, UNAVAILABLE when the
-waiting queue is full, CANCELLED when the client went away). `response_sender.is_cancelled`
+waiting queue is full or the request waited past its queue_timeout_ms, CANCELLED when the
+client went away). `response_sender.is_cancelled`
 is polled by the loop once per step, so a client that disconnects frees its KV blocks
 within a step. Knobs come from the config's `parameters` (llm/serving/knobs.py); the
 checkpoint and tokenizer files are the version folder's, written by `make export`.
@@ -110,7 +111,8 @@ class TritonPythonModel:
     @staticmethod
     def _response(parsed: ParsedRequest, reply: Reply):
         if reply.error is not None:
-            return pb_utils.InferenceResponse(error=_error(reply.error, "CANCELLED" if reply.cancelled else "INTERNAL"))
+            code = "CANCELLED" if reply.cancelled else "UNAVAILABLE" if reply.overloaded else "INTERNAL"
+            return pb_utils.InferenceResponse(error=_error(reply.error, code))
         tensors = [pb_utils.Tensor("text_output", np.array([reply.text.encode("utf-8")], dtype=np.object_))]
         if parsed.return_finish_reason:
             tensors.append(pb_utils.Tensor("finish_reason", np.array([str(reply.finish_reason).encode()], dtype=np.object_)))
