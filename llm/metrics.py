@@ -38,9 +38,11 @@ FAMILIES: dict[str, tuple[str, str, list[float] | None]] = {
     "vllm:num_requests_waiting": ("GAUGE", "Requests waiting to be scheduled.", None),
     "vllm:kv_cache_usage_perc": ("GAUGE", "KV-cache usage (fraction of blocks in use; 1 means full).", None),
     "vllm:num_preemptions_total": ("COUNTER", "Sequences preempted (KV blocks freed, recomputed later).", None),
+    "vllm:prefix_cache_queries_total": ("COUNTER", "Prompt tokens looked up in the prefix cache (hit rate = hits / queries).", None),
+    "vllm:prefix_cache_hits_total": ("COUNTER", "Prompt tokens found in the prefix cache (their prefill skipped).", None),
     "vllm:prompt_tokens_total": ("COUNTER", "Prompt tokens of finished requests.", None),
     "vllm:generation_tokens_total": ("COUNTER", "Generated tokens of finished requests.", None),
-    "vllm:request_success_total": ("COUNTER", "Finished requests, by finish reason (stop, length, abort, error).", None),
+    "vllm:request_success_total": ("COUNTER", "Finished requests, by finish reason (stop, length, abort, timeout, error).", None),
 }
 
 
@@ -105,6 +107,10 @@ class LlmMetrics:
         m["vllm:iteration_tokens_total"].observe(stats.prefill_tokens + stats.decode_seqs)
         if stats.preemptions:
             m["vllm:num_preemptions_total"].increment(stats.preemptions)
+        if stats.prefix_cache_queries:
+            m["vllm:prefix_cache_queries_total"].increment(stats.prefix_cache_queries)
+        if stats.prefix_cache_hits:
+            m["vllm:prefix_cache_hits_total"].increment(stats.prefix_cache_hits)
         self._record_load(stats.running, stats.waiting, stats.kv_blocks_used, stats.kv_blocks_total)
 
     def _record_load(self, running: int, waiting: int, kv_blocks_used: int, kv_blocks_total: int) -> None:

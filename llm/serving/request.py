@@ -66,6 +66,17 @@ def _check_seed(key: str, value: object) -> int | None:
     return None if value is None else _check_int(key, value)
 
 
+def _check_timeout(key: str, value: object) -> float | None:
+    if value is None:
+        return None
+    timeout = _check_float(key, value)
+    if timeout <= 0:
+        raise RequestError(
+            f"sampling_parameters.{key} must be > 0 (milliseconds a request may wait to be scheduled), got {json.dumps(value)}"
+        )
+    return timeout
+
+
 CHECKS = {
     "max_tokens": _check_int,
     "temperature": _check_float,
@@ -76,6 +87,7 @@ CHECKS = {
     "ignore_eos": _check_bool,
     "min_tokens": _check_int,
     "priority": _check_int,
+    "queue_timeout_ms": _check_timeout,
 }
 
 

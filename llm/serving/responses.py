@@ -24,6 +24,7 @@ class Reply:
     num_output_tokens: int = 0  # tokens generated since the previous reply (the vLLM backend's delta)
     error: str | None = None
     cancelled: bool = False
+    overloaded: bool = False  # the request waited past its queue_timeout_ms: the server is busy (UNAVAILABLE)
 
 
 class ResponsePlan:
@@ -43,6 +44,8 @@ class ResponsePlan:
             self.finished = True
             if output.finish_reason == "abort":
                 return [Reply(final=True, error="the request was cancelled", cancelled=True)]
+            if output.finish_reason == "timeout":
+                return [Reply(final=True, error=f"server busy: {output.error or 'queue timeout'}", overloaded=True)]
             if output.finish_reason == "error" or output.error:
                 return [Reply(final=True, error=output.error or "the engine failed this request")]
         if self.request.stream:
