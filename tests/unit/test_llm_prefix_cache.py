@@ -194,3 +194,41 @@ def test_random_traffic_sharing_prefixes_on_a_tight_cache_keeps_every_invariant(
         if seq.seq_id not in cancelled:
             assert seq.output_token_ids == reference_tokens(seq.token_ids[: seq.num_prompt_tokens], seq.request.params.max_tokens)
     assert driver.scheduler.blocks.num_free == 12 and driver.scheduler.blocks.num_used == 0
+
+
+def test_the_real_engine_gives_the_same_greedy_tokens_from_shared_blocks() -> None:
+    """A tiny random Llama through the loop: prompts sharing a 13-token prefix, one after
+    another and side by side, reuse its cached blocks and still get transformers' greedy
+    tokens for each prompt alone (the last-token and decode paths read shared blocks)."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from llm.loop import EngineLoop
+    from tests.unit.llm_fakes import FakeTokenizer
+    from tests.unit.test_llm_loop import Recorder, drain, request
+    from tests.unit.tiny_llama import tiny_executor, tiny_hf_llama
+
+    hf_model = tiny_hf_llama(randomise_norms=False)
+
+    def greedy_alone(prompt: list[int], max_tokens: int) -> list[int]:
+        tokens = list(prompt)
+        with torch.no_grad():
+            for _ in range(max_tokens):
+                tokens.append(int(hf_model(torch.tensor([tokens])).logits[0, -1].argmax()))
+        return tokens[len(prompt) :]
+
+    recorder = Recorder()
+    loop = EngineLoop(
+        tiny_executor(hf_model, num_blocks=32), SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32), FakeTokenizer(), recorder
+    )
+    generator = torch.Generator().manual_seed(7)
+    prefix = torch.randint(3, 97, (13,), generator=generator).tolist()
+    prompts = {f"p{i}": prefix + torch.randint(3, 97, (i,), generator=generator).tolist() for i in range(4)}  # p0: the prefix alone
+    loop.submit(request("first", [*prefix, 5, 6], max_tokens=6, ignore_eos=True), recorder.callback)
+    drain(loop)
+    for request_id, prompt in prompts.items():
+        loop.submit(request(request_id, prompt, max_tokens=6, ignore_eos=True), recorder.callback)
+    drain(loop)
+    assert sum(step.prefix_cache_hits for step in recorder.steps) == 12 + 12 + 12 + 12, "p0..p3 each reuse the 3 full prefix blocks"
+    for request_id, prompt in prompts.items():
+        assert recorder.tokens(request_id) == greedy_alone(prompt, 6), request_id
