@@ -36,6 +36,15 @@ class GatewayMetrics:
             "gateway_triton_requests", "Requests sent to Triton (a large input is split into several)", registry=self.registry
         )
 
+        self.generations = Counter(
+            "gateway_llm_generations", "LLM generations started, by route kind and streaming", ("kind", "stream"), registry=self.registry
+        )
+        self.cancelled_generations = Counter(
+            "gateway_llm_cancelled_generations", "LLM generations cancelled because the client went away", registry=self.registry
+        )
+        self.prompt_tokens_llm = Counter("gateway_llm_prompt_tokens", "Prompt tokens of finished LLM generations", registry=self.registry)
+        self.completion_tokens = Counter("gateway_llm_completion_tokens", "Tokens the LLM generated for clients", registry=self.registry)
+
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
