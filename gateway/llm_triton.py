@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -71,7 +72,19 @@ def error_from_message(message: str, retry_after_s: int) -> APIError:
         return APIError(503, f"The model is not available: {message}", UNAVAILABLE, None, "triton_unavailable", retry_after_s)
     if "engine failed" in text or "cancelled" in text:
         return APIError(500, f"The model failed the request: {message}", SERVER_ERROR, None, "triton_error")
-    return APIError(400, message, "invalid_request_error", None, "invalid_value")
+    return APIError(400, message, "invalid_request_error", refused_field(message), "invalid_value")
+
+
+def refused_field(message: str) -> str | None:
+    """The OpenAI field a refusal of the `llm` model is about: its messages name vLLM's keys."""
+    named = re.search(r"sampling_parameters\.(\w+)", message)
+    if named:
+        return named.group(1)
+    if "max_tokens" in message:
+        return "max_tokens"
+    if "text_input" in message or "the prompt" in message:
+        return "prompt"
+    return None
 
 
 def _text(array: np.ndarray | None) -> str:
