@@ -177,10 +177,13 @@ def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int
     return GatewayProcess.for_settings(settings)
 
 
+CHAT_EXAMPLE = '{"model":"llm","messages":[{"role":"user","content":"Hi"}],"max_tokens":64}'
+
+
 def describe(gateway: GatewayProcess) -> tuple[str, ...]:
     return (
         f'OpenAI   {gateway.url}/v1   (try: curl {gateway.url}/v1/embeddings -d \'{{"model":"embed","input":"Hello"}}\')',
-        f"""         chat: curl {gateway.url}/v1/chat/completions -d '{{"model":"llm","messages":[{{"role":"user","content":"Hi"}}],"max_tokens":64}}'""",
+        f"         chat: curl {gateway.url}/v1/chat/completions -d '{CHAT_EXAMPLE}'",
         "         (also /v1/completions; stream: true for server-sent events; docs/gateway.md)",
         f"gateway metrics {gateway.url}/metrics",
     )
