@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.admission import Admission
 from gateway.chat_prompt import ChatPrompts
 from gateway.completion_render import DONE, Completion, error_event
 from gateway.completions import CHAT, GenerationRequest, parse_chat, parse_completion
@@ -93,6 +94,8 @@ class Gateway:
         self.embedder: TritonEmbedder | None = None
         self.generator: TritonGenerator | None = None
         self.prompts = ChatPrompts(settings.llm_folder)
+        self.admission = Admission(settings.llm_max_streams, settings.retry_after_s)
+        self.metrics.open_generations.set_function(lambda: self.admission.open)
         self.created = int(time.time())
         self.app = Starlette(
             routes=[
@@ -226,23 +229,32 @@ class Gateway:
         if max_tokens is None:  # chat without a limit: what the context window leaves (vLLM's rule)
             max_tokens = max(1, (await self.generator.info()).max_model_len - self.prompts.count(prompt))
         sampling = body.sampling_parameters(priority, max_tokens)
+        slot = self.admission.admit()
         disconnected = asyncio.ensure_future(wait_for_disconnect(request))
         try:
             first, generation = await self.until_disconnected(
                 self.generator.generate(prompt, sampling, self.settings.llm_timeout_s), disconnected
             )
-        except BaseException:
+        except BaseException as exc:
             disconnected.cancel()
+            slot.release()
+            if isinstance(exc, APIError) and body.kind == CHAT and exc.param == "prompt":
+                exc.param = "messages"  # the model names its input; this client sent messages
             raise
         completion = Completion(body)
         self.metrics.generations.labels(body.kind, "true" if body.stream else "false").inc()
+
+        async def finish() -> None:
+            await generation.close()
+            slot.release()
+
         if body.stream:
-            return EventStream(self.events(completion, first, generation), disconnected)
+            return EventStream(self.events(completion, first, generation), disconnected, finish)
         try:
             text, reason = await self.until_disconnected(self.collect(completion, first, generation), disconnected)
         finally:
             disconnected.cancel()
-            await generation.close()
+            await finish()
         return json_response(completion.body(text, reason))
 
     async def until_disconnected(self, work: Awaitable, disconnected: asyncio.Future):

@@ -48,6 +48,7 @@ class GatewaySettings:
     served_llm_name: str | None = None  # the `model` clients send for it; default: the Triton model's name
     llm_folder: Path = MODEL_REPOSITORY / "llm" / "1"  # the LLM's exported tokenizer files (its chat template)
     llm_timeout_s: float = 600.0  # a whole generation, first token to last
+    llm_max_streams: int = 128  # generations open at once; more: 429 before Triton sees them
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser, prefix: str = "", skip: Collection[str] = ()) -> None:
@@ -93,6 +94,7 @@ class GatewaySettings:
             (self.max_inputs >= 1, f"--max-inputs must be at least 1, not {self.max_inputs}"),
             (self.max_body_bytes >= 1024, f"--max-body-bytes must be at least 1024, not {self.max_body_bytes}"),
             (self.request_timeout_s > 0, f"--timeout must be positive, not {self.request_timeout_s}"),
+            (self.llm_max_streams >= 1, f"--llm-max-streams must be at least 1, not {self.llm_max_streams}"),
             (self.llm_timeout_s > 0, f"--llm-timeout must be positive, not {self.llm_timeout_s}"),
             (
                 not self.llm_model or self.llm_name != self.model_name,
@@ -159,5 +161,6 @@ OPTIONS = (
     Option("served-llm-name", "served_llm_name", str, "the `model` name clients send for the LLM (default: the Triton model's)"),
     Option("llm-folder", "llm_folder", Path, "the LLM's exported folder (tokenizer files with the chat template)"),
     Option("llm-timeout", "llm_timeout_s", float, "seconds a generation may take (then 504, or an error event mid-stream)"),
+    Option("llm-max-streams", "llm_max_streams", int, "LLM generations open at once (more: 429 with Retry-After)"),
     Option("api-key-file", "api_key_file", Path, f"file of accepted API keys (else ${KEYS_ENV}; none: no auth)"),
 )

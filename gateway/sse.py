@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,9 +31,11 @@ async def wait_for_disconnect(request: Request) -> None:
 class EventStream(Response):
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes], disconnected: asyncio.Task) -> None:
+    def __init__(self, events: AsyncIterator[bytes], disconnected: asyncio.Task, on_close: Callable[[], Awaitable[None]]) -> None:
+        """`on_close` runs however the response ends, even when no event was ever sent."""
         self.events = events
         self.disconnected = disconnected
+        self.on_close = on_close
         self.status_code = 200
         self.background = None
         self.init_headers(SSE_HEADERS)
@@ -60,3 +62,4 @@ class EventStream(Response):
         finally:
             self.disconnected.cancel()
             await self.events.aclose()  # type: ignore[attr-defined]
+            await self.on_close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from gateway.admission import Admission
 from gateway.completion_render import DONE, Completion
 from gateway.completions import CHAT, COMPLETION, COMPLETIONS_DEFAULT_MAX_TOKENS, parse_chat, parse_completion
 from gateway.errors import APIError
@@ -153,3 +154,16 @@ def test_the_llm_options_travel_to_a_child_gateway(tmp_path) -> None:
     assert argv[argv.index("--llm-model") + 1] == "" and argv[argv.index("--llm-timeout") + 1] == "30.0"
     with pytest.raises(ValueError, match="both served as"):
         GatewaySettings(tokenizer_path=tokenizer, served_llm_name="embed").validate()
+
+
+def test_admission_refuses_past_its_limit_and_a_slot_frees_its_place_once() -> None:
+    admission = Admission(limit=2, retry_after_s=1)
+    first, _second = admission.admit(), admission.admit()
+    with pytest.raises(APIError) as refused:
+        admission.admit()
+    assert (refused.value.status, refused.value.code) == (429, "too_many_streams")
+    first.release()
+    first.release()  # every exit path releases: only the first counts
+    assert admission.open == 1
+    admission.admit()
+    assert admission.open == 2
