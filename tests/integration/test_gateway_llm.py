@@ -9,6 +9,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -219,6 +220,43 @@ def test_a_full_waiting_queue_is_a_429_with_retry_after(llm_gateway, llm_triton)
             holders.close(cancel=True)
     assert response.status_code == 429 and response.headers["Retry-After"] == "1", response.text
     assert response.json()["error"]["code"] == "queue_full"
+
+
+def test_an_interactive_request_overtakes_a_waiting_bulk_one_under_the_priority_policy(llm_gateway, llm_triton) -> None:
+    """X-Request-Priority reaches the model's scheduler: with one running slot held by a direct
+    gRPC stream, a bulk request waits; an interactive one sent after it finishes first (under
+    `fcfs` it would wait behind the bulk one)."""
+    committed = llm_triton.client.config(MODEL)
+    ranked = type(committed)()
+    ranked.CopyFrom(committed)
+    ranked.parameters["policy"].string_value = "priority"
+    ranked.parameters["max_num_seqs"].string_value = "1"
+    finished: list[str] = []
+
+    def ask(name: str, priority: str) -> None:
+        body = {"model": MODEL, "prompt": f"{name}: the capital of France is", "max_tokens": 4, "temperature": 0}
+        response = httpx.post(f"{llm_gateway.url}/v1/completions", json=body, headers={"X-Request-Priority": priority}, timeout=300)
+        finished.append(name if response.status_code == 200 else f"{name} failed: {response.text}")
+
+    def waiting() -> float:
+        return metric_total(fetch_metrics(llm_triton.options.metrics_url), "vllm:num_requests_waiting")
+
+    with llm_triton.client.restoring(MODEL, committed):
+        llm_triton.client.load(MODEL, ranked)
+        holder = LlmStream(llm_triton.options.grpc_url)
+        try:
+            _, held = holder.send(grpc_inputs("Hi", sampling={"max_tokens": 48, "ignore_eos": True}))
+            holder.wait(lambda: len(held.times) >= 1)
+            bulk = threading.Thread(target=ask, args=("bulk", "bulk"))
+            bulk.start()
+            assert wait_until(lambda: waiting() == 1), "precondition: the bulk request waits behind the running one"
+            interactive = threading.Thread(target=ask, args=("interactive", "interactive"))
+            interactive.start()
+            for thread in (bulk, interactive):
+                thread.join(300)
+        finally:
+            holder.close(cancel=True)
+    assert finished == ["interactive", "bulk"]
 
 
 def test_past_its_stream_limit_the_gateway_refuses_with_429_until_a_stream_ends(llm_triton, tmp_path) -> None:
