@@ -22,6 +22,7 @@ from llm.tokenizer import LlmTokenizer
 from tests.conftest import start_gateway
 from tests.integration.llm_streams import LlmStream, grpc_inputs
 from tools.paths import REPO_ROOT
+from tools.ports import free_ports
 from tools.triton_client import fetch_metrics, metric_total
 
 pytestmark = pytest.mark.integration
@@ -308,3 +309,14 @@ def test_python_example_works_verbatim(llm_gateway) -> None:
     result = subprocess.run([sys.executable, "-c", example], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
+
+
+def test_without_triton_the_llm_routes_answer_503_with_retry_after(tmp_path) -> None:
+    (dead_port,) = free_ports(1)
+    with start_gateway(f"127.0.0.1:{dead_port}", tmp_path / "gateway.log") as gateway:
+        body = {"model": MODEL, "messages": QUESTION, "max_tokens": 2}
+        response = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=60)
+        models = httpx.get(f"{gateway.url}/v1/models").json()
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1", response.text
+    assert response.json()["error"]["code"] == "triton_unavailable"
+    assert [card["id"] for card in models["data"]] == ["embed"], "a model Triton does not serve is not listed"
