@@ -1,1 +1,1 @@
-"""OpenAI-compatible embeddings gateway in front of Triton (`python -m gateway`)."""
+"""OpenAI-compatible gateway in front of Triton (`python -m gateway`): embeddings, completions, chat."""

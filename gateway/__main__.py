@@ -1,4 +1,4 @@
-"""`python -m gateway`: serve OpenAI's embeddings API in front of a running Triton.
+"""`python -m gateway`: serve OpenAI's embeddings, completions and chat API in front of a running Triton.
 
     python -m gateway --triton-url 127.0.0.1:8001 --port 8080
     curl localhost:8080/v1/embeddings -H 'Content-Type: application/json' \
@@ -45,7 +45,9 @@ def run(argv: list[str] | None = None) -> int:
 
     if settings.api_keys:
         log.info("API keys required on /v1 (%d configured)", len(settings.api_keys))
-    log.info("OpenAI-compatible API on http://%s:%d/v1 (model %r)", settings.host, settings.port, settings.model_name)
+    log.info("OpenAI-compatible API on http://%s:%d/v1 (embeddings: model %r)", settings.host, settings.port, settings.model_name)
+    if settings.llm_model:
+        log.info("completions and chat completions: model %r (Triton's %r)", settings.llm_name, settings.llm_model)
     level = "debug" if args.verbose else "warning" if args.quiet else "info"
     config = uvicorn.Config(
         create_app(settings),

@@ -8,7 +8,7 @@ Label values are bounded: the route template, never the raw path.
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Seconds; from a cached answer (~1 ms) to the default request timeout (30 s).
 LATENCY_BUCKETS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -35,6 +35,18 @@ class GatewayMetrics:
         self.triton_requests = Counter(
             "gateway_triton_requests", "Requests sent to Triton (a large input is split into several)", registry=self.registry
         )
+
+        self.generations = Counter(
+            "gateway_llm_generations", "LLM generations started, by route kind and streaming", ("kind", "stream"), registry=self.registry
+        )
+        self.cancelled_generations = Counter(
+            "gateway_llm_cancelled_generations", "LLM generations cancelled because the client went away", registry=self.registry
+        )
+        self.prompt_tokens_llm = Counter("gateway_llm_prompt_tokens", "Prompt tokens of finished LLM generations", registry=self.registry)
+        self.open_generations = Gauge(
+            "gateway_llm_open_generations", "LLM generations open now (bounded by --llm-max-streams)", registry=self.registry
+        )
+        self.completion_tokens = Counter("gateway_llm_completion_tokens", "Tokens the LLM generated for clients", registry=self.registry)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()

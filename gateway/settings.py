@@ -21,6 +21,9 @@ PRIORITY_HEADER = "x-request-priority"
 # Header value -> Triton request priority. 1 is the highest level of our configs; 0 lets
 # Triton use the model's default level (bulk).
 PRIORITIES = {"interactive": 1, "bulk": 0}
+# Header value -> the LLM's `sampling_parameters.priority` (vLLM's convention: lower is served
+# first, 0 is every other client's default), so bulk competes as a direct Triton client does.
+LLM_PRIORITIES = {"interactive": -1, "bulk": 0}
 
 
 class SettingsError(ValueError):
@@ -41,6 +44,11 @@ class GatewaySettings:
     retry_after_s: int = 1
     api_key_file: Path | None = None  # where api_keys were read (None: $GATEWAY_API_KEYS or no auth)
     api_keys: frozenset[str] = field(default_factory=frozenset, repr=False)
+    llm_model: str = "llm"  # the Triton model behind /v1/completions and /v1/chat/completions ("": none)
+    served_llm_name: str | None = None  # the `model` clients send for it; default: the Triton model's name
+    llm_folder: Path = MODEL_REPOSITORY / "llm" / "1"  # the LLM's exported tokenizer files (its chat template)
+    llm_timeout_s: float = 600.0  # a whole generation, first token to last
+    llm_max_streams: int = 128  # generations open at once; more: 429 before Triton sees them
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser, prefix: str = "", skip: Collection[str] = ()) -> None:
@@ -77,11 +85,21 @@ class GatewaySettings:
     def model_name(self) -> str:
         return self.served_model_name or self.triton_model
 
+    @property
+    def llm_name(self) -> str:
+        return self.served_llm_name or self.llm_model
+
     def validate(self) -> GatewaySettings:
         checks = (
             (self.max_inputs >= 1, f"--max-inputs must be at least 1, not {self.max_inputs}"),
             (self.max_body_bytes >= 1024, f"--max-body-bytes must be at least 1024, not {self.max_body_bytes}"),
             (self.request_timeout_s > 0, f"--timeout must be positive, not {self.request_timeout_s}"),
+            (self.llm_max_streams >= 1, f"--llm-max-streams must be at least 1, not {self.llm_max_streams}"),
+            (self.llm_timeout_s > 0, f"--llm-timeout must be positive, not {self.llm_timeout_s}"),
+            (
+                not self.llm_model or self.llm_name != self.model_name,
+                f"the LLM and the embedding model are both served as {self.model_name!r}",
+            ),
             (self.retry_after_s >= 0, f"--retry-after must not be negative, not {self.retry_after_s}"),
             (0 < self.port < 65536, f"--port must be 1-65535, not {self.port}"),
             (self.tokenizer_path.is_file(), f"tokenizer file {self.tokenizer_path} not found; run `make export` or pass --tokenizer"),
@@ -139,5 +157,10 @@ OPTIONS = (
     Option("max-body-bytes", "max_body_bytes", int, "request body size (more: 413)"),
     Option("timeout", "request_timeout_s", float, "seconds a request may take (then 504)"),
     Option("retry-after", "retry_after_s", int, "Retry-After seconds on 429/503"),
+    Option("llm-model", "llm_model", str, "the Triton LLM behind /v1/completions and /v1/chat/completions ('': none)"),
+    Option("served-llm-name", "served_llm_name", str, "the `model` name clients send for the LLM (default: the Triton model's)"),
+    Option("llm-folder", "llm_folder", Path, "the LLM's exported folder (tokenizer files with the chat template)"),
+    Option("llm-timeout", "llm_timeout_s", float, "seconds a generation may take (then 504, or an error event mid-stream)"),
+    Option("llm-max-streams", "llm_max_streams", int, "LLM generations open at once (more: 429 with Retry-After)"),
     Option("api-key-file", "api_key_file", Path, f"file of accepted API keys (else ${KEYS_ENV}; none: no auth)"),
 )

@@ -168,7 +168,7 @@ def test_a_body_over_the_limit_is_refused_with_413(gateway) -> None:
 
 def test_an_unknown_priority_is_refused_and_unknown_urls_get_404(gateway) -> None:
     assert_error(post(gateway, {"model": "embed", "input": "x"}, {"X-Request-Priority": "urgent"}), 400, param="x-request-priority")
-    assert_error(httpx.post(f"{gateway.url}/v1/completions", json={}), 404, "unknown_url")
+    assert_error(httpx.post(f"{gateway.url}/v1/audio/speech", json={}), 404, "unknown_url")
     assert_error(httpx.get(f"{gateway.url}/v1/embeddings"), 405, "method_not_allowed")
 
 

@@ -148,7 +148,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--gateway",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="also run the OpenAI-compatible gateway (POST /v1/embeddings); --no-gateway: Triton only",
+        help="also run the OpenAI-compatible gateway (/v1/embeddings, /v1/completions, /v1/chat/completions); --no-gateway: Triton only",
     )
     GatewaySettings.add_cli_args(group, prefix=PREFIX, skip=SET_BY_SERVE)
 
@@ -177,8 +177,13 @@ def gateway_from_args(args: argparse.Namespace, host: str, triton_grpc_port: int
     return GatewayProcess.for_settings(settings)
 
 
+CHAT_EXAMPLE = '{"model":"llm","messages":[{"role":"user","content":"Hi"}],"max_tokens":64}'
+
+
 def describe(gateway: GatewayProcess) -> tuple[str, ...]:
     return (
         f'OpenAI   {gateway.url}/v1   (try: curl {gateway.url}/v1/embeddings -d \'{{"model":"embed","input":"Hello"}}\')',
+        f"         chat: curl {gateway.url}/v1/chat/completions -d '{CHAT_EXAMPLE}'",
+        "         (also /v1/completions; stream: true for server-sent events; docs/gateway.md)",
         f"gateway metrics {gateway.url}/metrics",
     )
