@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from llm.metrics import FAMILIES
-from tests.integration.llm_streams import generate
+from tests.integration.llm_streams import LlmStream, generate, grpc_inputs
 from tests.ops.conftest import K8S_DIR, MONITORING_DIR
 from tests.ops.prometheus_server import PROMETHEUS_DIR, query, running_prometheus, wait_for_data
 from tests.ops.test_prometheus import VARIABLES, as_grafana_sends_all, panel_queries
@@ -183,3 +183,19 @@ def test_the_llm_dashboard_sits_beside_the_other_in_the_provisioned_folder_with_
     assert LLM_DASHBOARD in dashboards and len(dashboards) >= 2
     uids = [json.loads(path.read_text())["uid"] for path in dashboards]
     assert len(set(uids)) == len(uids) and json.loads(LLM_DASHBOARD.read_text())["uid"] == "triton-llm"
+
+
+@integration
+def test_the_hpa_metric_rises_while_requests_wait_for_a_running_slot(llm_triton, llm_prometheus: str) -> None:
+    """More streams than `max_num_seqs` (16, committed) make requests wait; the adapter's
+    metric, which the HPA scales on, must then be above zero. Cancelling frees them."""
+    max_num_seqs = int(llm_triton.client.config("llm").parameters["max_num_seqs"].string_value)
+    stream = LlmStream(llm_triton.options.grpc_url)
+    try:
+        for _ in range(max_num_seqs + 4):
+            stream.send(grpc_inputs("Count to a thousand.", sampling={"max_tokens": 256, "ignore_eos": True}))
+        wait_for_data(llm_prometheus, ["vllm:num_requests_waiting > 0"], timeout_s=120)  # precondition, as the server says
+        (series,) = wait_for_data(llm_prometheus, [f"({adapter_query()}) > 0"], timeout_s=120).values()
+        assert float(series[0]["value"][1]) > 0
+    finally:
+        stream.close(cancel=True)
