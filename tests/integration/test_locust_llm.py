@@ -72,3 +72,16 @@ def test_the_llm_verdict_fails_when_ttft_misses_its_slo(llm_run) -> None:
 
 def test_the_llm_users_default_slo_is_the_llm_benchmarks() -> None:
     assert (Slo().ttft_s, Slo().tpot_s) == (LLM_TTFT_SLO_MS / 1000.0, LLM_ITL_SLO_MS / 1000.0)
+
+
+def test_each_locustfile_offers_only_its_own_users() -> None:
+    """The web UI (no user classes named) starts every user of the file: the LLM's file must
+    not bring the embedding users along, nor the embedding file the LLM's."""
+
+    def users(locustfile: str) -> set[str]:
+        command = [sys.executable, "-m", "locust", "-f", locustfile, "--list"]
+        listed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+        return set(listed.split("Available Users:", 1)[1].split())
+
+    assert users("loadtest/llm_locustfile.py") == {"LlmStreamUser"}
+    assert "LlmStreamUser" not in users("loadtest/locustfile.py")
