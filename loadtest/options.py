@@ -39,6 +39,9 @@ LOAD_OPTIONS = (
     LoadOption("--burst-every-s", 15.0, "burst shape: seconds from one spike to the next", float),
     LoadOption("--burst-length-s", 5.0, "burst shape: seconds each spike lasts", float),
     LoadOption("--wave-period-s", 0.0, "wave shape: period (0 = the whole --run-time, or 60 s without one)", float),
+    LoadOption("--llm-model", "llm", "model the LLM users stream from (text_input -> text_output, generate_stream)"),
+    LoadOption("--llm-max-tokens", 32, "LLM users: max_tokens of every request (greedy; EOS may end it sooner)", int),
+    LoadOption("--llm-prompts", "short", "LLM users: which corpus texts make the prompts", choices=("short", "long")),
 )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loadtest.options import add_load_options, locust_arguments
-from loadtest.server_stats import PipelineCounters, format_deltas
+from loadtest.server_stats import MODELS, PipelineCounters, format_deltas
 from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
@@ -31,6 +31,7 @@ from tools.triton_client import TritonClient
 log = logging.getLogger("loadtest")
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+LLM_LOCUSTFILE = Path(__file__).resolve().parent / "llm_locustfile.py"
 # How long a distributed run's master waits for its worker processes before failing:
 # a worker that never reports ready must end the run with an error, not hang it.
 WORKERS_MAX_WAIT_S = 120
@@ -46,7 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--users", type=int, default=8, help="users (the peak, for step/burst/wave shapes) (default: %(default)s)")
     run.add_argument("--spawn-rate", type=float, default=None, help="users started per second (default: all at once)")
     run.add_argument("--run-time", type=float, default=60.0, help="seconds (default: %(default)s)")
-    run.add_argument("--protocol", choices=("both", "http", "grpc"), default="both", help="(default: %(default)s)")
+    run.add_argument(
+        "--workload",
+        choices=("embed", "llm"),
+        default="embed",
+        help="embed: the embedding users (interactive/bulk); llm: streaming LLM users (TTFT/ITL/e2e) (default: %(default)s)",
+    )
+    run.add_argument("--protocol", choices=("both", "http", "grpc"), default="both", help="embed workload (default: %(default)s)")
     run.add_argument("--report-dir", type=Path, default=None, help="default: reports/loadtest/<time>-<shape>")
     run.add_argument("--ui", action="store_true", help="locust's web UI instead of headless (Ctrl-C ends it, then the verdict)")
     run.add_argument("--web-port", type=int, default=8089, help="web UI port with --ui (default: %(default)s)")
@@ -86,10 +93,17 @@ def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = Tru
         yield
 
 
-def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> list[str]:
+def user_classes(args: argparse.Namespace) -> list[str]:
+    if args.workload == "llm":
+        return ["LlmStreamUser"]
     users = [name for protocol in ("http", "grpc") if args.protocol in (protocol, "both") for name in USERS_BY_PROTOCOL[protocol]]
-    users = [name for name in users if (args.interactive_weight if name.startswith("Interactive") else args.bulk_weight) > 0]
-    command = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE.relative_to(REPO_ROOT))]
+    return [name for name in users if (args.interactive_weight if name.startswith("Interactive") else args.bulk_weight) > 0]
+
+
+def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> list[str]:
+    users = user_classes(args)
+    locustfile = LLM_LOCUSTFILE if args.workload == "llm" else LOCUSTFILE
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile.relative_to(REPO_ROOT))]
     command += ["--users", str(args.users), "--spawn-rate", str(args.spawn_rate or args.users)]
     command += ["--csv", str(csv_prefix), "--html", str(html), "--exit-code-on-error", "0"]
     if args.ui:
@@ -164,9 +178,12 @@ def run(argv: list[str] | None = None) -> int:
     slos = slos_from_args(args)
     try:
         with triton_for(args.triton_http_url, args.triton_grpc_url, report_dir, start=not args.no_start):
-            before = PipelineCounters.take(args.triton_http_url)
+            # The statistics table is the embedding pipeline's; the LLM reports through its
+            # own metrics (`make metrics`, the Grafana LLM dashboard).
+            models = () if args.workload == "llm" else MODELS
+            before = PipelineCounters.take(args.triton_http_url, models)
             code = run_locust(locust_command(args, csv_prefix, html))
-            deltas = PipelineCounters.take(args.triton_http_url) - before
+            deltas = PipelineCounters.take(args.triton_http_url, models) - before
     except (TritonStartError, OSError) as exc:
         log.error("%s", exc)
         return 2
@@ -178,7 +195,7 @@ def run(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, KeyError, ValueError) as exc:
         log.error("cannot judge the run: %s", exc)
         return 2
-    summary = f"{format_deltas(deltas)}\n\n{format_verdict(verdict, slos)}"
+    summary = format_verdict(verdict, slos) if not deltas else f"{format_deltas(deltas)}\n\n{format_verdict(verdict, slos)}"
     (report_dir / "verdict.txt").write_text(summary + "\n")
     print(summary)
     print(f"reports: {report_dir}/ (report.html, locust_*.csv, verdict.txt)")

@@ -20,6 +20,13 @@ from loadtest.latency import SUCCESS_SUFFIX
 from tools.load.outcomes import CLIENT_TIMEOUT, REJECTED, TIMEOUT, classify
 
 TRAFFIC_CLASSES = ("interactive", "bulk")
+# The LLM users' request kinds (loadtest/llm_users.py), judged like traffic classes.
+LLM_CLASSES = ("ttft", "itl", "e2e")
+# The LLM's SLO: the LLM benchmark's default objective (tools/llmbench: TTFT 1 s, 100 ms per
+# token) and the one the Prometheus alerts compare with (monitoring/prometheus/rules); a test
+# keeps the three equal.
+LLM_TTFT_SLO_MS = 1000.0
+LLM_ITL_SLO_MS = 100.0
 # The shared outcome classification (tools/load/outcomes.py) under the names this report shows.
 FAILURE_KINDS = {REJECTED: "queue full", TIMEOUT: "queue timeout", CLIENT_TIMEOUT: "client timeout"}
 
@@ -153,7 +160,8 @@ def judge(row: RowResult, slo: ClassSLO | None) -> None:
 
 def format_verdict(verdict: Verdict, slos: dict[str, ClassSLO]) -> str:
     lines = [f"SLO verdict (latency over {verdict.latency_source}):"]
-    header = f"  {'type':5} {'name':24} {'requests':>8} {'fail %':>7} {'rejected':>8} {'p95 ms':>8} {'p99 ms':>8}  result"
+    width = max([5, *(len(row.request_type) for row in verdict.rows)])  # "http", "grpc", the LLM's "http-stream"
+    header = f"  {'type':{width}} {'name':24} {'requests':>8} {'fail %':>7} {'rejected':>8} {'p95 ms':>8} {'p99 ms':>8}  result"
     lines.append(header)
     for row in verdict.rows:
         slo = slos.get(row.traffic)
@@ -163,7 +171,7 @@ def format_verdict(verdict: Verdict, slos: dict[str, ClassSLO]) -> str:
         p99 = "-" if row.p99_ms is None else f"{row.p99_ms:.0f}"
         ratio = "-" if row.failure_ratio is None else f"{row.failure_ratio:.2%}"
         counts = f"{row.requests:8d} {ratio:>7} {row.rejections:8d}"
-        lines.append(f"  {row.request_type:5} {row.name:24} {counts} {p95:>8} {p99:>8}  {result}{target}")
+        lines.append(f"  {row.request_type:{width}} {row.name:24} {counts} {p95:>8} {p99:>8}  {result}{target}")
         if row.failure_kinds:
             kinds = ", ".join(f"{kind}: {count}" for kind, count in sorted(row.failure_kinds.items()))
             lines.append(f"        failures by kind: {kinds}")
@@ -183,16 +191,26 @@ def add_slo_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--slo-bulk-p99-ms", type=float, default=8000.0, help="default: %(default)s")
     group.add_argument("--slo-interactive-failure-ratio", type=float, default=0.01, help="default: %(default)s")
     group.add_argument("--slo-bulk-failure-ratio", type=float, default=0.01, help="default: %(default)s")
+    llm = parser.add_argument_group("LLM SLO (the LLM users' time to first token, inter-token gaps and whole requests)")
+    llm.add_argument("--slo-ttft-p95-ms", type=float, default=None, help="default: not checked")
+    llm.add_argument("--slo-ttft-p99-ms", type=float, default=LLM_TTFT_SLO_MS, help="default: %(default)s")
+    llm.add_argument("--slo-itl-p95-ms", type=float, default=None, help="default: not checked")
+    llm.add_argument("--slo-itl-p99-ms", type=float, default=LLM_ITL_SLO_MS, help="default: %(default)s")
+    llm.add_argument("--slo-e2e-p95-ms", type=float, default=None, help="default: not checked")
+    llm.add_argument("--slo-e2e-p99-ms", type=float, default=None, help="default: not checked")
+    llm.add_argument("--slo-e2e-failure-ratio", type=float, default=0.01, help="failed streams (default: %(default)s)")
 
 
 def slos_from_args(args: argparse.Namespace) -> dict[str, ClassSLO]:
+    """Per class; a ttft or itl row never fails (a failed stream counts in e2e), so only e2e
+    has a failure ratio to check."""
     return {
         traffic: ClassSLO(
             p95_ms=getattr(args, f"slo_{traffic}_p95_ms"),
             p99_ms=getattr(args, f"slo_{traffic}_p99_ms"),
-            max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio"),
+            max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio", 0.0),
         )
-        for traffic in TRAFFIC_CLASSES
+        for traffic in (*TRAFFIC_CLASSES, *LLM_CLASSES)
     }
 
 

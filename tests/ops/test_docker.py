@@ -81,6 +81,21 @@ def test_every_mounted_folder_exists_and_every_model_config_parses(resolved_comp
                 assert missing_artifacts(source) == []
 
 
+def test_the_image_serves_the_llm_on_the_gpu_with_torchs_cuda_build(resolved_compose: dict) -> None:
+    """The GPU path of the generative model: the image installs torch from PyPI (whose Linux
+    wheel is the CUDA build; a CPU-only index or `+cpu` version would leave the GPU unused),
+    puts the `llm` package on every interpreter's path, and the repository compose mounts
+    runs the engine on CUDA."""
+    pins = [line for line in (DOCKER_DIR / "requirements-container.txt").read_text().splitlines() if line and not line.startswith("#")]
+    (torch,) = [line for line in pins if line.startswith("torch==")]
+    assert "+cpu" not in torch and "--index-url" not in " ".join(pins) and "--extra-index-url" not in " ".join(pins)
+    assert "llm /opt/triton-embed/llm" in dockerfile_instruction("COPY")
+    assert any("triton-llm.pth" in command and "/opt/triton-embed" in command for command in dockerfile_instruction("RUN"))
+    (models,) = [v for v in resolved_compose["services"]["triton"]["volumes"] if v["target"] == "/models"]
+    llm = load_config(Path(models["source"]) / "llm")
+    assert llm.parameters["device"].string_value == "cuda" and llm.parameters["dtype"].string_value == "bfloat16"
+
+
 def test_compose_default_repository_is_the_generated_gpu_variant() -> None:
     """Without the variable the stack mounts what `tools.repo.variant --kind gpu` writes by default."""
     triton = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["triton"]

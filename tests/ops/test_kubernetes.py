@@ -10,6 +10,7 @@ import shutil
 import pytest
 import yaml
 
+from llm.metrics import FAMILIES
 from tests.ops.conftest import K8S_DIR, MONITORING_DIR, run, system_tool, venv_tool
 from tools.observe.prometheus_rule import OUTPUT as PROMETHEUS_RULE
 from tools.observe.prometheus_rule import render as render_prometheus_rule
@@ -132,11 +133,25 @@ def test_the_model_loader_fills_the_volume_every_pod_reads() -> None:
     assert f"cp build/gpu_repository/. {name}:/models/" in steps and f"delete pod {name}" in steps
 
 
-def test_hpa_scales_on_the_metric_the_adapter_rule_exposes() -> None:
-    metric = yaml.safe_load((K8S_DIR / "base" / "hpa.yaml").read_text())["spec"]["metrics"][0]
+def test_hpa_scales_on_the_metrics_the_adapter_rules_expose() -> None:
+    metrics = yaml.safe_load((K8S_DIR / "base" / "hpa.yaml").read_text())["spec"]["metrics"]
     adapter = yaml.safe_load((K8S_DIR / "prometheus-adapter" / "values.yaml").read_text())
     names = [rule["name"]["as"] for rule in adapter["rules"]["custom"]]
-    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] in names
+    assert all(metric["type"] == "Pods" for metric in metrics)
+    assert [metric["pods"]["metric"]["name"] for metric in metrics] == names
+
+
+def test_hpa_scales_out_on_waiting_llm_requests_read_from_the_llms_own_gauge() -> None:
+    """One HPA for the one Deployment (two would fight over its replicas); the LLM's metric
+    is the waiting-requests gauge llm/metrics.py writes, averaged per pod."""
+    metrics = yaml.safe_load((K8S_DIR / "base" / "hpa.yaml").read_text())["spec"]["metrics"]
+    (llm,) = [m for m in metrics if m["pods"]["metric"]["name"] == "triton_llm_requests_waiting"]
+    assert llm["pods"]["target"]["type"] == "AverageValue" and float(llm["pods"]["target"]["averageValue"]) > 0
+    adapter = yaml.safe_load((K8S_DIR / "prometheus-adapter" / "values.yaml").read_text())
+    (rule,) = [r for r in adapter["rules"]["custom"] if r["name"]["as"] == "triton_llm_requests_waiting"]
+    assert "vllm:num_requests_waiting" in FAMILIES and "vllm:num_requests_waiting{" in rule["seriesQuery"]
+    assert "vllm:num_requests_waiting{<<.LabelMatchers>>}" in rule["metricsQuery"]
+    assert len([doc for doc in render("base") if doc["kind"] == "HorizontalPodAutoscaler"]) == 1
 
 
 def test_servicemonitor_scrapes_the_metrics_port_as_the_job_the_rules_select() -> None:

@@ -1,13 +1,13 @@
-"""The monitoring: the rules pass promtool and its unit tests; the dashboard is selectable by
+"""The monitoring: the rules pass promtool and its unit tests; the dashboards are selectable by
 data source, namespace, pod and model; and a real Prometheus (Debian's package) scraping
 the real local Triton (with the summary latencies the deployments enable) gets data for
-every recording rule, every dashboard panel query and the HPA adapter's query under load."""
+every recording rule, every dashboard panel query and the HPA adapters' queries under load:
+the embedding model's from a server without the LLM, the LLM's from one serving it."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -20,31 +20,38 @@ import yaml
 
 from tests.conftest import start_triton
 from tests.ops.conftest import DOCKER_DIR, K8S_DIR, MONITORING_DIR, run, system_tool
+from tests.ops.prometheus_server import PROMETHEUS_DIR, query, running_prometheus, wait_for_data
 from tools.embed import EmbeddingClient
-from tools.ports import free_ports
 from tools.serve.local_triton import ServerOptions
-from tools.triton_client.readiness import wait_for_http_ok
 
-PROMETHEUS_DIR = MONITORING_DIR / "prometheus"
 DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-dynamic-batching.json"
 GPU_ONLY = re.compile(r"\bnv_gpu_")  # Triton exports these only on GPU hosts
 VARIABLES = ("$namespace", "$pod", "$model")
+EMBED_GROUPS = ("triton-recording", "triton-alerts")  # the rest of the file (llm-*) is the LLM's
 integration = pytest.mark.integration
 
 
-def rules(kind: str) -> list[str]:
-    """The names of the recording rules (kind "record") or alerts (kind "alert")."""
-    groups = yaml.safe_load((PROMETHEUS_DIR / "rules" / "triton.yml").read_text())["groups"]
-    return [rule[kind] for group in groups for rule in group["rules"] if kind in rule]
+def rules(kind: str, groups: tuple[str, ...] | None = EMBED_GROUPS) -> list[str]:
+    """The names of the recording rules (kind "record") or alerts (kind "alert") of the
+    embedding model's groups (or of `groups`; None: every group)."""
+    loaded = yaml.safe_load((PROMETHEUS_DIR / "rules" / "triton.yml").read_text())["groups"]
+    return [rule[kind] for group in loaded if groups is None or group["name"] in groups for rule in group["rules"] if kind in rule]
 
 
 def recording_rules() -> list[str]:
     return rules("record")
 
 
-def panel_queries() -> list[str]:
-    dashboard = json.loads(DASHBOARD.read_text())
+def panel_queries(dashboard_path: Path = DASHBOARD) -> list[str]:
+    dashboard = json.loads(dashboard_path.read_text())
     return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def as_grafana_sends_all(queries: list[str]) -> list[str]:
+    """The queries with every template variable set to "All"."""
+    for variable in VARIABLES:
+        queries = [expr.replace(variable, ".*") for expr in queries]
+    return queries
 
 
 def summary_latencies_flag() -> str:
@@ -80,17 +87,10 @@ def test_the_dashboard_shows_the_slo_percentile_the_alert_watches() -> None:
 
 def test_rules_and_config_pass_promtool() -> None:
     promtool = system_tool("promtool", "prometheus")
-    for command in (["check", "config", str(PROMETHEUS_DIR / "prometheus.yml")], ["test", "rules", "triton-alerts.test.yml"]):
+    tests = ["triton-alerts.test.yml", "llm-alerts.test.yml"]
+    for command in (["check", "config", str(PROMETHEUS_DIR / "prometheus.yml")], ["test", "rules", *tests]):
         result = run([promtool, *command], cwd=PROMETHEUS_DIR / "tests")
         assert result.returncode == 0, result.stdout + result.stderr
-
-
-def query(base: str, expr: str) -> list:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        body = json.loads(response.read())
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 @pytest.fixture(scope="module")
@@ -106,39 +106,8 @@ def monitored_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 @pytest.fixture(scope="module")
 def prometheus(monitored_triton: ServerOptions, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Prometheus with the committed config and rules, aimed at the test Triton, 1 s intervals."""
-    binary = system_tool("prometheus", "prometheus")
-    work = tmp_path_factory.mktemp("prometheus")
-    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    config["rule_files"] = [str(PROMETHEUS_DIR / path) for path in config["rule_files"]]
-    target = f"{monitored_triton.host}:{monitored_triton.metrics_port}"
-    config["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    (port,) = free_ports(1)
-    log = open(work / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_for_http_ok(f"{base}/-/ready", 30, process):
-            state = "exited" if process.poll() is not None else "was not ready in 30 s"
-            pytest.fail(f"Prometheus {state}:\n" + (work / "prometheus.log").read_text()[-3000:])
+    with running_prometheus(monitored_triton, tmp_path_factory.mktemp("prometheus")) as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -172,22 +141,6 @@ def loaded_prometheus(prometheus: str, monitored_triton: ServerOptions) -> Itera
     assert not errors, errors
 
 
-def wait_for_data(base: str, expressions: list[str], timeout_s: float = 60) -> dict[str, list]:
-    """Poll until every expression returns at least one series; report the empty ones."""
-    results: dict[str, list] = {}
-    deadline = time.monotonic() + timeout_s
-    pending = list(expressions)
-    while pending and time.monotonic() < deadline:
-        for expr in list(pending):
-            results[expr] = query(base, expr)
-            if results[expr]:
-                pending.remove(expr)
-        if pending:
-            time.sleep(1)
-    assert not pending, f"no data after {timeout_s:.0f} s of load for: {pending}"
-    return results
-
-
 @integration
 def test_prometheus_scrapes_triton(loaded_prometheus: str) -> None:
     targets = wait_for_data(loaded_prometheus, ['up{job="triton"} == 1'])
@@ -203,9 +156,7 @@ def test_every_recording_rule_returns_data_under_load(loaded_prometheus: str) ->
 
 @integration
 def test_every_dashboard_panel_query_returns_data_under_load(loaded_prometheus: str) -> None:
-    queries = panel_queries()
-    for variable in VARIABLES:  # "All", as Grafana sends it
-        queries = [expr.replace(variable, ".*") for expr in queries]
+    queries = as_grafana_sends_all(panel_queries())
     gpu_only = [expr for expr in queries if GPU_ONLY.search(expr)]
     assert len(gpu_only) == 2, "only the two GPU panels may lack data on a CPU host"
     wait_for_data(loaded_prometheus, [expr for expr in queries if expr not in gpu_only])
@@ -241,7 +192,7 @@ def test_all_rules_load_and_evaluate_without_errors(loaded_prometheus: str) -> N
     with urllib.request.urlopen(f"{loaded_prometheus}/api/v1/rules", timeout=10) as response:
         groups = json.loads(response.read())["data"]["groups"]
     loaded = [rule for group in groups for rule in group["rules"]]
-    assert len(loaded) == len(recording_rules()) + len(rules("alert"))
+    assert len(loaded) == len(rules("record", groups=None)) + len(rules("alert", groups=None))
     assert all(rule["health"] in ("ok", "unknown") and not rule.get("lastError") for rule in loaded), loaded
 
 

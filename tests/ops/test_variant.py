@@ -41,6 +41,23 @@ def test_only_the_onnx_runtime_model_moves_to_the_gpu_and_batching_is_unchanged(
     assert tokenizer == committed_tokenizer, "only the padding policy may differ (ragged -> buckets)"
 
 
+@pytest.mark.parametrize("kind", ["gpu", "tensorrt"])
+def test_the_gpu_variants_run_the_llm_engine_on_cuda_in_bfloat16_and_nothing_else_changes(kind: str) -> None:
+    committed = load_config(MODEL_REPOSITORY / "llm")
+    assert committed.parameters["device"].string_value == "cpu", "precondition: the committed repository serves on the CPU"
+    llm = variant_config(committed, kind)
+    assert (llm.parameters["device"].string_value, llm.parameters["dtype"].string_value) == ("cuda", "bfloat16")
+    assert [group.kind for group in llm.instance_group] == [group.kind for group in committed.instance_group], "the engine places it"
+    for key in ("device", "dtype"):
+        del llm.parameters[key], committed.parameters[key]
+    assert llm == committed
+
+
+def test_the_written_gpu_variant_holds_the_llm_on_cuda(tmp_path) -> None:
+    write_variant("gpu", tmp_path / "gpu")
+    assert load_config(tmp_path / "gpu" / "llm").parameters["device"].string_value == "cuda"
+
+
 def native_encoder() -> ModelConfig:
     """The committed encoder in the form the GPU variants start from (ragged -> buckets)."""
     return native_padding_configs(MODEL_REPOSITORY).get("encoder") or load_config(MODEL_REPOSITORY / "encoder")

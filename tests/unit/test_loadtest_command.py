@@ -27,3 +27,15 @@ def test_worker_processes_get_a_master_on_a_free_loopback_port_of_their_own(tmp_
 def test_a_run_without_worker_processes_has_no_master_options(tmp_path) -> None:
     command = command_for(tmp_path=tmp_path)
     assert not any(arg.startswith("--master") for arg in command)
+
+
+def test_the_llm_workload_runs_the_llm_locustfile_with_only_the_streaming_user(tmp_path) -> None:
+    command = command_for("--workload", "llm", "--llm-max-tokens", "16", tmp_path=tmp_path)
+    assert value_after(command, "-f") == "loadtest/llm_locustfile.py"
+    assert command[-1] == "LlmStreamUser" and not any(arg.endswith(("HttpUser", "GrpcUser")) for arg in command)
+    assert value_after(command, "--llm-max-tokens") == "16"
+
+
+def test_the_embed_workload_stays_the_default(tmp_path) -> None:
+    command = command_for(tmp_path=tmp_path)
+    assert value_after(command, "-f") == "loadtest/locustfile.py" and "LlmStreamUser" not in command
