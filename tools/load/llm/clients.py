@@ -4,12 +4,15 @@
   the I/O of Triton's vLLM backend (our `llm`): one stream per request, the request's tokens
   counted from `num_output_tokens` (a response may carry several), the end marked by the
   response whose `finish_reason` is set (every response carries one, "None" until the last).
+- GenerateStreamClient: Triton's `POST /v2/models/<model>/generate_stream` (server-sent
+  events, one JSON event per response, the same fields as the gRPC outputs; an error is an
+  event with an `error` field).
 - OpenAIStreamClient: `POST /v1/completions` with `stream: true` and the raw prompt
   (llama.cpp's llama-server, vLLM, any OpenAI-compatible server): one SSE chunk per token,
   token counts checked against the final `usage`. A new connection per request: llama-server
   closes a kept-alive connection after a stream, and a reused one would fail the next request.
 
-Both run greedy (temperature 0) with EOS ignored, so every target generates exactly the
+All run greedy (temperature 0) with EOS ignored, so every target generates exactly the
 requested tokens. Cancelling `generate` (the driver's drain limit) closes the stream, which
 the server sees as a client that went away.
 """
@@ -123,18 +126,91 @@ def _text(array: np.ndarray | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+async def sse_events(response) -> AsyncIterator[bytes]:
+    """The `data:` payloads of a server-sent-events body, one per event, as they arrive."""
+    async for raw in response.content:
+        line = raw.strip()
+        if line.startswith(b"data:"):
+            yield line[5:].strip()
+
+
+def _open_session():
+    """One aiohttp session with no connection reuse and no overall timeout (a stream lasts
+    as long as its answer; the load driver's deadline bounds it)."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+
+def _count(value: object) -> int:
+    """A token count of a JSON response: a number, or a list of them (Triton writes a tensor
+    of shape [-1] as a list)."""
+    if isinstance(value, list):
+        return sum(int(v) for v in value)
+    return int(value)
+
+
+class GenerateStreamClient:
+    name = "Triton /v2/models/<model>/generate_stream (SSE, aiohttp)"
+
+    def __init__(self, http_url: str, model: str = "llm") -> None:
+        base = http_url if "://" in http_url else f"http://{http_url}"
+        self.url, self.model = f"{base.rstrip('/')}/v2/models/{model}/generate_stream", model
+        self._session = None
+
+    async def open(self) -> None:
+        self._session = _open_session()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def body(self, request: LlmRequest) -> dict:
+        return {
+            "text_input": request.prompt,
+            "stream": True,
+            "sampling_parameters": json.dumps(sampling_parameters(request)),
+            "exclude_input_in_output": True,
+            "return_finish_reason": True,
+            "return_num_input_tokens": True,
+            "return_num_output_tokens": True,
+        }
+
+    async def generate(self, request: LlmRequest, record: StreamRecord, clock: Clock) -> None:
+        if self._session is None:
+            raise RuntimeError("open() the client first")
+        async with self._session.post(self.url, json=self.body(request)) as response:
+            if response.status != 200:
+                raise StreamError(f"HTTP {response.status}: {(await response.text())[:300]}")
+            async for data in sse_events(response):
+                now = clock()
+                event = json.loads(data)
+                if "error" in event:
+                    raise StreamError(str(event["error"]))
+                counts = event.get("num_output_tokens")
+                record.add_tokens(now, _count(counts) if counts is not None else 1)
+                if event.get("num_input_tokens") is not None:
+                    record.tokens_in = _count(event["num_input_tokens"])
+                reason = event.get("finish_reason")
+                reason = reason[0] if isinstance(reason, list) and reason else reason
+                if reason not in (None, *NOT_FINISHED):
+                    record.finish_reason, record.end_s = str(reason), now
+                    return
+        raise StreamError("the stream ended without a final response")
+
+
 class OpenAIStreamClient:
     name = "OpenAI /v1/completions, stream: true (aiohttp, one connection per request)"
 
     def __init__(self, base_url: str, model: str = "default") -> None:
+        base_url = base_url if "://" in base_url else f"http://{base_url}"
         self.url, self.model = f"{base_url.rstrip('/')}/v1/completions", model
         self._session = None
 
     async def open(self) -> None:
-        import aiohttp
-
-        connector = aiohttp.TCPConnector(force_close=True, limit=0)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        self._session = _open_session()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -157,11 +233,7 @@ class OpenAIStreamClient:
             if response.status != 200:
                 raise StreamError(f"HTTP {response.status}: {(await response.text())[:300]}")
             usage = None
-            async for raw in response.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
+            async for data in sse_events(response):
                 now = clock()
                 if data == b"[DONE]":
                     break

@@ -2,11 +2,14 @@
 
 Times are seconds on the run's clock (time.perf_counter() minus the level's start). A
 response that carries k tokens (a server may send several per message) adds k arrivals at
-its time, so ITL sees the k-1 zero gaps and TPOT divides by the real token count.
+its time, so ITL sees the k-1 zero gaps and TPOT divides by the real token count. An open
+loop's request also keeps its arrival (when the schedule wanted it sent): a client that
+falls behind shows as send minus arrival, instead of hiding inside a lower load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -26,6 +29,7 @@ class StreamRecord:
     outcome: str = OK
     finish_reason: str | None = None
     message: str = ""  # a failed request's error
+    arrival_s: float | None = None  # when the schedule wanted it sent (open loop); None: at send (closed loop)
 
     def add_tokens(self, at_s: float, count: int) -> None:
         if count > 0:
@@ -56,3 +60,18 @@ class StreamRecord:
     @property
     def e2e_s(self) -> float | None:
         return None if self.end_s is None else self.end_s - self.sent_s
+
+    def shifted(self, by_s: float) -> None:
+        """Move every time by `by_s` (from one clock's origin to another's)."""
+        self.sent_s += by_s
+        self.token_times = [t + by_s for t in self.token_times]
+        if self.end_s is not None:
+            self.end_s += by_s
+        if self.arrival_s is not None:
+            self.arrival_s += by_s
+
+    def to_dict(self) -> dict:
+        """The record as JSON data, with its derived figures (seconds; None: no sample)."""
+        data = dataclasses.asdict(self)
+        data.update(ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s)
+        return data
