@@ -6,6 +6,11 @@ same output length whatever the target, the timing or the order requests finish 
 Outputs ignore EOS, so every target generates exactly the drawn number of tokens and the
 figures compare equal work. Each prompt starts with its own index, so no server can
 answer it from a cached prefix of an earlier prompt.
+
+Two more workloads draw their texts from the project's own prompt set (prompts.txt, shipped
+beside this module): `PromptSetWorkload` sends those prompts as they are, and
+`SharedPrefixWorkload` puts one long system prompt before a question from the set, the
+traffic of an assistant with fixed instructions, where a prefix cache would pay.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPTS_FILE = Path(__file__).with_name("prompts.txt")
 
 # Filler for prompts: plain sentences on serving, shuffled per request (seeded).
 SENTENCES = (
@@ -159,6 +165,82 @@ def _request(index: int, prompt_tokens: int, max_tokens: int, tokenizer: Tokeniz
         ids += tokenizer.encode(" " + " ".join(SENTENCES[i] for i in order))
     prompt = tokenizer.decode(ids[:prompt_tokens])
     return LlmRequest(index, prompt, len(tokenizer.encode(prompt)), max_tokens)
+
+
+def shipped_prompts(path: Path = PROMPTS_FILE) -> tuple[str, ...]:
+    """The prompt set: one prompt per line, '#' lines and blank lines skipped."""
+    lines = (line.strip() for line in path.read_text().splitlines())
+    prompts = tuple(line for line in lines if line and not line.startswith("#"))
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts
+
+
+@dataclass(frozen=True)
+class PromptSetWorkload:
+    """`count` requests from the prompt set, in a seeded order (each prompt once before any
+    repeats), with seeded output lengths."""
+
+    output_lengths: LengthRange
+    count: int
+    seed: int = 0
+    prompts: tuple[str, ...] = ()  # empty: the shipped set
+
+    def build(self, tokenizer: Tokenizer) -> list[LlmRequest]:
+        rng = np.random.default_rng(self.seed)
+        prompts = self.prompts or shipped_prompts()
+        order = _cycled_order(rng, len(prompts), self.count)
+        outputs = self.output_lengths.draw(rng, self.count)
+        return [LlmRequest(i, prompts[order[i]], len(tokenizer.encode(prompts[order[i]])), int(outputs[i])) for i in range(self.count)]
+
+    def describe(self) -> str:
+        source = f"{len(self.prompts)} given prompts" if self.prompts else f"the shipped prompt set ({PROMPTS_FILE.name})"
+        return f"{self.count} requests (seed {self.seed}) from {source}, outputs of {self.output_lengths} tokens, EOS ignored"
+
+
+@dataclass(frozen=True)
+class SharedPrefixWorkload:
+    """One system prompt of `prefix_tokens` tokens shared by every request, then a question
+    from the prompt set; seeded output lengths."""
+
+    prefix_tokens: int
+    output_lengths: LengthRange
+    count: int
+    seed: int = 0
+    prompts: tuple[str, ...] = ()  # the questions; empty: the shipped set
+
+    def __post_init__(self) -> None:
+        if self.prefix_tokens < 1:
+            raise ValueError(f"a shared prefix needs at least 1 token, got {self.prefix_tokens}")
+
+    def system_prompt(self, tokenizer: Tokenizer, rng: np.random.Generator) -> str:
+        ids = tokenizer.encode("You are a helpful assistant for the engineers of a serving team.")
+        while len(ids) < self.prefix_tokens:
+            ids += tokenizer.encode(" " + " ".join(SENTENCES[i] for i in rng.permutation(len(SENTENCES))))
+        return tokenizer.decode(ids[: self.prefix_tokens])
+
+    def build(self, tokenizer: Tokenizer) -> list[LlmRequest]:
+        rng = np.random.default_rng(self.seed)
+        prefix = self.system_prompt(tokenizer, rng)
+        questions = self.prompts or shipped_prompts()
+        order = _cycled_order(rng, len(questions), self.count)
+        outputs = self.output_lengths.draw(rng, self.count)
+        texts = [f"{prefix}\n\nQuestion: {questions[order[i]]}\nAnswer:" for i in range(self.count)]
+        return [LlmRequest(i, text, len(tokenizer.encode(text)), int(outputs[i])) for i, text in enumerate(texts)]
+
+    def describe(self) -> str:
+        return (
+            f"{self.count} requests (seed {self.seed}): one shared system prompt of {self.prefix_tokens} tokens, "
+            f"then a question from the prompt set; outputs of {self.output_lengths} tokens, EOS ignored"
+        )
+
+
+def _cycled_order(rng: np.random.Generator, size: int, count: int) -> list[int]:
+    """`count` indices into `size` items: seeded permutations one after another."""
+    order: list[int] = []
+    while len(order) < count:
+        order.extend(int(i) for i in rng.permutation(size))
+    return order[:count]
 
 
 def mean_lengths(requests: Sequence[LlmRequest]) -> tuple[float, float]:
