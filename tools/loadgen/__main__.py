@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def measure_generative(args: argparse.Namespace, settings: LlmLoadSettings, endp
             "workload": settings.workload.describe(),
             "slo": settings.slo.describe(),
             "cpu": cpu_description(),
+            "load_average_1m": round(os.getloadavg()[0], 2),  # on a shared machine, what else was running
             "levels": [result.to_dict() for result in results],
         }
         args.json.write_text(json.dumps(document, indent=1))
