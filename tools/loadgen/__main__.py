@@ -84,6 +84,9 @@ def measure(args: argparse.Namespace) -> int:
 
 def measure_generative(args: argparse.Namespace, settings: LlmLoadSettings, endpoints: Endpoints) -> int:
     """A decoupled model's levels: per-token figures, every record in --json, GenAI-Perf's names in --csv."""
+    ignored = [option for option, given in (("--priority-mix", args.priority_mix), ("--timeout-us", args.timeout_us is not None)) if given]
+    if ignored:
+        raise ValueError(f"{' and '.join(ignored)} do not apply to a generative model ({args.model} is decoupled)")
     results = measure_llm(settings, args.model, endpoints.http_url, endpoints.grpc_url)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
