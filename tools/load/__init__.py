@@ -5,6 +5,8 @@
 server) and returns a Run: one Record per request, and `Run.results()` (Results) with
 throughput, latency percentiles and outcome counts overall, per priority and per kind.
 Loadgen, soak, overload, the adaptive replay and bench are configurations of it.
+Streaming LLM load (tools.load.llm) runs on it too: a streaming client as the Sender, one
+StreamRecord per request with every token's time.
 """
 
 from tools.load.driver import LoadDriver, Prepared, Record, Run, Sender, drive
