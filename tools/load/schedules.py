@@ -60,6 +60,29 @@ class Poisson(_Rate):
 
 
 @dataclass(frozen=True)
+class Gamma(_Rate):
+    """Gamma-distributed gaps at `rate` req/s, as `vllm bench serve --burstiness` draws them:
+    shape = burstiness, scale = 1 / (rate * burstiness), so the mean gap is 1/rate and the
+    gaps' coefficient of variation is 1/sqrt(burstiness). Burstiness 1 is Poisson; below 1
+    arrivals bunch up (bursts and lulls), above 1 they even out towards a constant rate."""
+
+    burstiness: float = 1.0
+    name: ClassVar[str] = "gamma"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.burstiness < math.inf:
+            raise ValueError(f"burstiness must be above 0 (1: Poisson), got {self.burstiness:g}")
+
+    def offsets(self, seconds: float, rng: np.random.Generator) -> np.ndarray:
+        shape, scale = self.burstiness, 1.0 / (self.rate * self.burstiness)
+        return _gaps(lambda t: rng.gamma(shape, scale), seconds)
+
+    def label(self) -> str:
+        return f"gamma {self.rate:g} req/s, burstiness {self.burstiness:g}"
+
+
+@dataclass(frozen=True)
 class Constant(_Rate):
     """Evenly spaced arrivals at `rate` req/s."""
 
@@ -127,7 +150,7 @@ class Trace:
 
 
 DISTRIBUTIONS = {"poisson": Poisson, "constant": Constant}
-OpenLoop = Poisson | Constant | Bursty | Trace
+OpenLoop = Poisson | Gamma | Constant | Bursty | Trace
 Schedule = ClosedLoop | OpenLoop
 
 

@@ -4,6 +4,8 @@ Examples:
   python -m tools.loadgen --model embed --concurrency 1,16
   python -m tools.loadgen --model encoder --seq-len 128 --rate 50,100 --distribution poisson
   python -m tools.loadgen --model embed --rate 40 --burst-rate 160 --burst-period 4 --priority-mix 1:0.2,2:0.8
+  python -m tools.loadgen --model llm --concurrency 1,4 --duration 20 --goodput ttft:1000 tpot:100
+  python -m tools.loadgen --model llm --rate 0.5 --burstiness 0.5 --num-prompts 40 --workload shared-prefix
 """
 
 from __future__ import annotations
@@ -11,18 +13,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from tools.cli.arguments import parse_checked
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags
+from tools.contract import LLM_MODEL
 from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
+from tools.loadgen.llm_args import LlmLoadSettings, add_llm_arguments, llm_settings_from_args
+from tools.loadgen.llm_load import is_generative, measure_llm
+from tools.loadgen.llm_report import LlmLevelResult, write_llm_csv
 from tools.loadgen.measure import run_load
 from tools.loadgen.perf_csv import write_perf_csv
 from tools.loadgen.report import LoadResult
-from tools.serve.server_session import triton_endpoints
+from tools.machine import cpu_description
+from tools.serve.server_session import Endpoints, triton_endpoints
 
 log = logging.getLogger("loadgen")
 
@@ -32,8 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tools.loadgen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_load_arguments(parser)
-    parser.add_argument("--json", type=Path, default=None, help="write every result to this JSON file")
-    parser.add_argument("--csv", type=Path, default=None, help="write the levels as perf_analyzer's CSV (`perf_analyzer -f`)")
+    add_llm_arguments(parser)
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write every result (a generative model: every request's record) to this JSON file"
+    )
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        help="write the levels as perf_analyzer's CSV (`perf_analyzer -f`); a generative model: GenAI-Perf's metric names",
+    )
     add_verbosity_flags(parser)
     return parser
 
@@ -41,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
 def measure(args: argparse.Namespace) -> int:
     traffics = traffics_from_args(args)
     results: list[LoadResult] = []
-    with triton_endpoints(args.url, args.grpc_url) as endpoints:
+    with triton_endpoints(args.url, args.grpc_url, serve_llm=args.model == LLM_MODEL) as endpoints:
         config = fetch_model_config(endpoints.http_url, args.model)  # what the model takes decides the requests
+        if is_generative(config):
+            return measure_generative(args, llm_settings_from_args(args, traffics), endpoints)
         target = target_from_args(args, config)
         check_target(endpoints.http_url, target)
         measurement = measurement_from_args(args, served_models(config))
@@ -64,8 +82,46 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def measure_generative(args: argparse.Namespace, settings: LlmLoadSettings, endpoints: Endpoints) -> int:
+    """A decoupled model's levels: per-token figures, every record in --json, GenAI-Perf's names in --csv."""
+    ignored = [option for option, given in (("--priority-mix", args.priority_mix), ("--timeout-us", args.timeout_us is not None)) if given]
+    if ignored:
+        raise ValueError(f"{' and '.join(ignored)} do not apply to a generative model ({args.model} is decoupled)")
+    results = measure_llm(settings, args.model, endpoints.http_url, endpoints.grpc_url)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "model": args.model,
+            "api": settings.describe_api(),
+            "workload": settings.workload.describe(),
+            "slo": settings.slo.describe(),
+            "cpu": cpu_description(),
+            "load_average_1m": round(os.getloadavg()[0], 2),  # on a shared machine, what else was running
+            "levels": [result.to_dict() for result in results],
+        }
+        args.json.write_text(json.dumps(document, indent=1))
+        log.info("wrote %s", args.json)
+    if args.csv:
+        log.info("wrote %s", write_llm_csv(results, args.csv))
+    return _report_empty(results)
+
+
+def _report_empty(results: list[LlmLevelResult]) -> int:
+    empty = [r.label for r in results if not r.figures.completed]
+    if empty:
+        log.error("no request completed in: %s", ", ".join(empty))
+        return 1
+    return 0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The load options, and the generative options (whichever the model turns out to be)."""
+    check_load_arguments(args)
+    llm_settings_from_args(args, traffics_from_args(args))
+
+
 def run(argv: list[str] | None = None) -> int:
-    args = parse_checked(build_parser(), argv, check_load_arguments)
+    args = parse_checked(build_parser(), argv, check_arguments)
     return run_reporting_errors(lambda: measure(args), log)
 
 

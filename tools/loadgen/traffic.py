@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tools.load.mix import RequestMix
 from tools.load.schedules import DISTRIBUTIONS, Bursty, ClosedLoop, Schedule, Trace
+from tools.load.traces import read_arrival_offsets
 
 
 @dataclass(frozen=True)
@@ -76,21 +77,6 @@ def parse_priority_mix(text: str) -> dict[int, float]:
 
 
 def load_trace(path: Path) -> tuple[float, ...]:
-    """Arrival offsets in seconds, one per line ('#' comments allowed)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ValueError(f"cannot read the trace file {path}: {exc.strerror or exc}") from None
-    values = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
-        if line:
-            try:
-                values.append(float(line))
-            except ValueError:
-                raise ValueError(f"{path}:{number}: {line!r} is not a number of seconds") from None
-            if values[-1] < 0:
-                raise ValueError(f"{path}:{number}: an arrival offset cannot be negative ({line})")
-    if not values:
-        raise ValueError(f"{path} holds no arrival offsets")
-    return tuple(values)
+    """Arrival offsets in seconds: one per line ('#' comments allowed), or a .csv/.jsonl trace
+    (tools/load/traces.py)."""
+    return read_arrival_offsets(path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.llmbench.figures import LevelFigures, Slo
-from tools.llmbench.records import CUT, StreamRecord
-from tools.llmbench.workload import LengthRange, Tokenizer, Workload, mean_lengths
+from tools.load.llm.figures import LevelFigures, Slo
+from tools.load.llm.records import CUT, StreamRecord
+from tools.load.llm.workload import LengthRange, PromptSetWorkload, SharedPrefixWorkload, Tokenizer, Workload, mean_lengths, shipped_prompts
 
 
 def word_tokenizer() -> Tokenizer:
@@ -112,3 +112,24 @@ def test_an_slo_parses_from_seconds_and_refuses_unknown_objectives() -> None:
     assert Slo.parse("tpot=0.2") == Slo(1.0, 0.2)
     with pytest.raises(ValueError, match="ttft"):
         Slo.parse("e2e=3")
+
+
+# --- the prompt set and the shared-prefix workload ------------------------------------------
+
+
+def test_the_shipped_prompt_set_is_read_without_comments_and_sent_each_once_before_any_repeats() -> None:
+    prompts = shipped_prompts()
+    assert len(prompts) >= 30 and not any(p.startswith("#") for p in prompts)
+    requests = PromptSetWorkload(LengthRange(4, 8), count=len(prompts) + 5, seed=1).build(word_tokenizer())
+    first_round = [r.prompt for r in requests[: len(prompts)]]
+    assert sorted(first_round) == sorted(prompts)
+    assert all(r.prompt_tokens == len(r.prompt.split()) and 4 <= r.max_tokens <= 8 for r in requests)
+
+
+def test_every_shared_prefix_request_starts_with_the_same_system_prompt_of_the_asked_length() -> None:
+    tokenizer = word_tokenizer()
+    requests = SharedPrefixWorkload(60, LengthRange(4, 8), count=12, seed=2).build(tokenizer)
+    prefixes = {r.prompt.split("\n\nQuestion: ")[0] for r in requests}
+    assert len(prefixes) == 1 and len(tokenizer.encode(prefixes.pop())) == 60
+    assert len({r.prompt for r in requests}) == 12  # the questions differ
+    assert SharedPrefixWorkload(60, LengthRange(4, 8), count=12, seed=2).build(tokenizer) == requests
