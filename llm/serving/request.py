@@ -37,19 +37,34 @@ class ParsedRequest:
     return_num_output_tokens: bool = False
 
 
+def _number_from_text(value: object, kind: type) -> object:
+    """A number sent as a string ("32", "0.7"), as GenAI-Perf's `--extra-inputs` sends them and
+    Triton's vLLM backend accepts; anything else is returned unchanged for the type check."""
+    if isinstance(value, str):
+        try:
+            return kind(value.strip())
+        except ValueError:
+            return value
+    return value
+
+
 def _check_int(key: str, value: object) -> int:
+    value = _number_from_text(value, int)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(f"sampling_parameters.{key} must be an integer, got {json.dumps(value)}")
     return value
 
 
 def _check_float(key: str, value: object) -> float:
+    value = _number_from_text(value, float)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RequestError(f"sampling_parameters.{key} must be a finite number, got {json.dumps(value)}")
     return float(value)
 
 
 def _check_bool(key: str, value: object) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
     if not isinstance(value, bool):
         raise RequestError(f"sampling_parameters.{key} must be true or false, got {json.dumps(value)}")
     return value

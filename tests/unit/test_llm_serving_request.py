@@ -65,7 +65,9 @@ def test_the_return_flags_ask_for_the_additional_outputs() -> None:
         ({"sampling_parameters": b"[1, 2]"}, "must be a JSON object, got list"),
         ({"sampling_parameters": b"\xff"}, "sampling_parameters is not valid UTF-8"),
         ({"sampling_parameters": sampling(max_token=3)}, "unknown key.*max_token"),
-        ({"sampling_parameters": sampling(max_tokens="3")}, "max_tokens must be an integer"),
+        ({"sampling_parameters": sampling(max_tokens="three")}, "max_tokens must be an integer"),
+        ({"sampling_parameters": sampling(max_tokens="2.5")}, "max_tokens must be an integer"),
+        ({"sampling_parameters": sampling(ignore_eos="yes")}, "ignore_eos must be true or false"),
         ({"sampling_parameters": sampling(max_tokens=2.0)}, "max_tokens must be an integer"),
         ({"sampling_parameters": sampling(ignore_eos=1)}, "ignore_eos must be true or false"),
         ({"sampling_parameters": sampling(temperature="hot")}, "temperature must be a finite number"),
@@ -83,6 +85,12 @@ def test_the_return_flags_ask_for_the_additional_outputs() -> None:
 def test_bad_input_is_refused_with_a_message_naming_it(inputs: dict, message: str) -> None:
     with pytest.raises(RequestError, match=message):
         parse(**inputs) if "text_input" not in inputs else parse_request(inputs, LIMIT)
+
+
+def test_numbers_and_flags_sent_as_strings_are_read_as_the_vllm_backend_reads_them() -> None:
+    """GenAI-Perf's --extra-inputs sends every value as a string; Triton's vLLM backend converts them."""
+    params = parse(sampling_parameters=sampling(max_tokens="32", temperature="0.5", top_k=" 4", ignore_eos="true")).params
+    assert (params.max_tokens, params.temperature, params.top_k, params.ignore_eos) == (32, 0.5, 4, True)
 
 
 def test_a_missing_prompt_is_refused() -> None:
