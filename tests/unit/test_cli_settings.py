@@ -12,7 +12,7 @@ from tools.adapt import __main__ as adapt
 from tools.adapt import evaluate
 from tools.cli.arguments import parse_checked
 from tools.cli.settings import settings_from
-from tools.tune import __main__ as tune
+from tools.tune.settings import TuneSettings, build_parser
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def test_tune_settings_carry_the_load_model_its_length_and_the_key(tmp_path: Pat
     key_file.write_text("secret\n")
     key_file.chmod(0o600)
     argv = ["--model", "encoder", "--p99-ms", "80", "--admin-key-file", str(key_file), "--no-plots", "--rate", "5"]
-    settings = tune.settings_from_args(tune.build_parser().parse_args(argv))
+    settings = TuneSettings.from_cli_args(build_parser().parse_args(argv))
     assert settings.load_model == "embed", "traffic goes through the ensemble that serves the encoder"
     assert settings.seq_len == 32 and settings.admin_key == "secret" and not settings.plots
     assert settings.report_dir.name == "tune-encoder" and len(settings.traffics) == 1
@@ -52,7 +52,7 @@ def test_adapt_settings_keep_the_law_apart_from_the_session() -> None:
 
 def test_evaluate_settings_parse_the_pattern_and_delays() -> None:
     argv = ["--pattern", "low,peak", "--delays-us", "0,5000", "--control-window", "1.5"]
-    settings = evaluate.settings_from_args(evaluate.build_parser().parse_args(argv))
+    settings = evaluate.EvaluateSettings.from_cli_args(evaluate.build_parser().parse_args(argv))
     assert settings.pattern == ("low", "peak") and settings.delays_us == (0, 5000) and settings.control_window_s == 1.5
 
 
