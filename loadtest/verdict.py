@@ -32,6 +32,18 @@ class ClassSLO:
     p99_ms: float | None = None
     max_failure_ratio: float = 0.01
 
+    @classmethod
+    def per_class_from_cli_args(cls, args: argparse.Namespace) -> dict[str, ClassSLO]:
+        """Each traffic class's targets from the options add_slo_arguments declares."""
+        return {
+            traffic: cls(
+                p95_ms=getattr(args, f"slo_{traffic}_p95_ms"),
+                p99_ms=getattr(args, f"slo_{traffic}_p99_ms"),
+                max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio"),
+            )
+            for traffic in TRAFFIC_CLASSES
+        }
+
 
 @dataclass
 class RowResult:
@@ -185,23 +197,12 @@ def add_slo_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--slo-bulk-failure-ratio", type=float, default=0.01, help="default: %(default)s")
 
 
-def slos_from_args(args: argparse.Namespace) -> dict[str, ClassSLO]:
-    return {
-        traffic: ClassSLO(
-            p95_ms=getattr(args, f"slo_{traffic}_p95_ms"),
-            p99_ms=getattr(args, f"slo_{traffic}_p99_ms"),
-            max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio"),
-        )
-        for traffic in TRAFFIC_CLASSES
-    }
-
-
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.verdict", description=__doc__)
     parser.add_argument("csv_prefix", help="the --csv prefix locust wrote, e.g. reports/loadtest/<run>/locust")
     add_slo_arguments(parser)
     args = parser.parse_args(argv)
-    slos = slos_from_args(args)
+    slos = ClassSLO.per_class_from_cli_args(args)
     try:
         verdict = evaluate(args.csv_prefix, slos)
     except (FileNotFoundError, KeyError, ValueError) as exc:
