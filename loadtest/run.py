@@ -16,11 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.options import add_load_options, locust_arguments
+from loadtest.options import LoadValues, add_load_options
 from loadtest.server_stats import MODELS, PipelineCounters, format_deltas
-from loadtest.verdict import add_slo_arguments, evaluate, format_verdict, slos_from_args
+from loadtest.verdict import ClassSLO, add_slo_arguments, evaluate, format_verdict
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports, port_in_use
@@ -65,6 +66,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """build_parser()'s options as typed values."""
+
+    users: int
+    spawn_rate: float | None  # users started per second; None: all at once
+    run_time_s: float
+    workload: str  # embed or llm
+    protocol: str  # both, http or grpc (embed workload)
+    report_dir: Path
+    ui: bool
+    web_port: int
+    start: bool  # start a Triton when none answers
+    load: LoadValues  # forwarded to locust
+    slos: dict[str, ClassSLO]
+    locust_args: list[str]  # passed to locust unchanged
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> RunSettings:
+        if args.users < 1 or args.run_time <= 0:
+            raise ValueError("--users must be at least 1 and --run-time positive")
+        load = LoadValues.from_cli_args(args)
+        report_dir = args.report_dir or REPO_ROOT / "reports" / "loadtest" / f"{time.strftime('%Y%m%d-%H%M%S')}-{load['--shape']}"
+        return cls(
+            users=args.users,
+            spawn_rate=args.spawn_rate,
+            run_time_s=args.run_time,
+            workload=args.workload,
+            protocol=args.protocol,
+            report_dir=report_dir,
+            ui=args.ui,
+            web_port=args.web_port,
+            start=not args.no_start,
+            load=load,
+            slos=ClassSLO.per_class_from_cli_args(args),
+            locust_args=args.locust_args[1:] if args.locust_args[:1] == ["--"] else args.locust_args,
+        )
+
+    @property
+    def triton_http_url(self) -> str:
+        return str(self.load["--triton-http-url"])
+
+    @property
+    def triton_grpc_url(self) -> str:
+        return str(self.load["--triton-grpc-url"])
+
+
 def _host_port(url: str) -> tuple[str, int]:
     host, _, port = url.rpartition(":")
     return host, int(port)
@@ -93,25 +141,26 @@ def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = Tru
         yield
 
 
-def user_classes(args: argparse.Namespace) -> list[str]:
-    if args.workload == "llm":
+def user_classes(settings: RunSettings) -> list[str]:
+    if settings.workload == "llm":
         return ["LlmStreamUser"]
-    users = [name for protocol in ("http", "grpc") if args.protocol in (protocol, "both") for name in USERS_BY_PROTOCOL[protocol]]
-    return [name for name in users if (args.interactive_weight if name.startswith("Interactive") else args.bulk_weight) > 0]
+    weights = {"Interactive": settings.load["--interactive-weight"], "Bulk": settings.load["--bulk-weight"]}
+    users = [name for protocol in ("http", "grpc") if settings.protocol in (protocol, "both") for name in USERS_BY_PROTOCOL[protocol]]
+    return [name for name in users if weights["Interactive" if name.startswith("Interactive") else "Bulk"] > 0]
 
 
-def locust_command(args: argparse.Namespace, csv_prefix: Path, html: Path) -> list[str]:
-    users = user_classes(args)
-    locustfile = LLM_LOCUSTFILE if args.workload == "llm" else LOCUSTFILE
+def locust_command(settings: RunSettings, csv_prefix: Path, html: Path) -> list[str]:
+    users = user_classes(settings)
+    locustfile = LLM_LOCUSTFILE if settings.workload == "llm" else LOCUSTFILE
     command = [sys.executable, "-m", "locust", "-f", str(locustfile.relative_to(REPO_ROOT))]
-    command += ["--users", str(args.users), "--spawn-rate", str(args.spawn_rate or args.users)]
+    command += ["--users", str(settings.users), "--spawn-rate", str(settings.spawn_rate or settings.users)]
     command += ["--csv", str(csv_prefix), "--html", str(html), "--exit-code-on-error", "0"]
-    if args.ui:
-        command += ["--web-host", "127.0.0.1", "--web-port", str(args.web_port)]
+    if settings.ui:
+        command += ["--web-host", "127.0.0.1", "--web-port", str(settings.web_port)]
     else:
-        command += ["--headless", "--only-summary", "--run-time", f"{args.run_time:g}s"]
-    command += locust_arguments(args)
-    extra = args.locust_args[1:] if args.locust_args[:1] == ["--"] else args.locust_args
+        command += ["--headless", "--only-summary", "--run-time", f"{settings.run_time_s:g}s"]
+    command += settings.load.locust_arguments()
+    extra = settings.locust_args
     return command + distributed_arguments(extra) + extra + users
 
 
@@ -169,21 +218,22 @@ def run_locust(command: list[str]) -> int:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    if args.users < 1 or args.run_time <= 0:
-        log.error("--users must be at least 1 and --run-time positive")
+    try:
+        settings = RunSettings.from_cli_args(args)
+    except ValueError as exc:
+        log.error("%s", exc)
         return 2
-    report_dir = args.report_dir or REPO_ROOT / "reports" / "loadtest" / f"{time.strftime('%Y%m%d-%H%M%S')}-{args.shape}"
+    report_dir, slos = settings.report_dir, settings.slos
     report_dir.mkdir(parents=True, exist_ok=True)
     csv_prefix, html = report_dir / "locust", report_dir / "report.html"
-    slos = slos_from_args(args)
     try:
-        with triton_for(args.triton_http_url, args.triton_grpc_url, report_dir, start=not args.no_start):
+        with triton_for(settings.triton_http_url, settings.triton_grpc_url, report_dir, start=settings.start):
             # The statistics table is the embedding pipeline's; the LLM reports through its
             # own metrics (`make metrics`, the Grafana LLM dashboard).
-            models = () if args.workload == "llm" else MODELS
-            before = PipelineCounters.take(args.triton_http_url, models)
-            code = run_locust(locust_command(args, csv_prefix, html))
-            deltas = PipelineCounters.take(args.triton_http_url, models) - before
+            models = () if settings.workload == "llm" else MODELS
+            before = PipelineCounters.take(settings.triton_http_url, models)
+            code = run_locust(locust_command(settings, csv_prefix, html))
+            deltas = PipelineCounters.take(settings.triton_http_url, models) - before
     except (TritonStartError, OSError) as exc:
         log.error("%s", exc)
         return 2

@@ -39,6 +39,19 @@ class ClassSLO:
     p99_ms: float | None = None
     max_failure_ratio: float = 0.01
 
+    @classmethod
+    def per_class_from_cli_args(cls, args: argparse.Namespace) -> dict[str, ClassSLO]:
+        """Each traffic class's targets from the options add_slo_arguments declares; a ttft or
+        itl row never fails (a failed stream counts in e2e), so only e2e has a failure ratio."""
+        return {
+            traffic: cls(
+                p95_ms=getattr(args, f"slo_{traffic}_p95_ms"),
+                p99_ms=getattr(args, f"slo_{traffic}_p99_ms"),
+                max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio", 0.0),
+            )
+            for traffic in (*TRAFFIC_CLASSES, *LLM_CLASSES)
+        }
+
 
 @dataclass
 class RowResult:
@@ -201,25 +214,12 @@ def add_slo_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--slo-e2e-failure-ratio", type=float, default=0.01, help="failed streams (default: %(default)s)")
 
 
-def slos_from_args(args: argparse.Namespace) -> dict[str, ClassSLO]:
-    """Per class; a ttft or itl row never fails (a failed stream counts in e2e), so only e2e
-    has a failure ratio to check."""
-    return {
-        traffic: ClassSLO(
-            p95_ms=getattr(args, f"slo_{traffic}_p95_ms"),
-            p99_ms=getattr(args, f"slo_{traffic}_p99_ms"),
-            max_failure_ratio=getattr(args, f"slo_{traffic}_failure_ratio", 0.0),
-        )
-        for traffic in (*TRAFFIC_CLASSES, *LLM_CLASSES)
-    }
-
-
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.verdict", description=__doc__)
     parser.add_argument("csv_prefix", help="the --csv prefix locust wrote, e.g. reports/loadtest/<run>/locust")
     add_slo_arguments(parser)
     args = parser.parse_args(argv)
-    slos = slos_from_args(args)
+    slos = ClassSLO.per_class_from_cli_args(args)
     try:
         verdict = evaluate(args.csv_prefix, slos)
     except (FileNotFoundError, KeyError, ValueError) as exc:

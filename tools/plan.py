@@ -28,7 +28,7 @@ from tools.paths import MODEL_REPOSITORY
 from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.model_config import has_priority_queues
 from tools.simulate.batcher import BatcherSpec
-from tools.simulate.cli import model_settings, read_config
+from tools.simulate.cli import ModelSettings, model_settings, read_config
 from tools.simulate.live_load import Traffic, parse_priority_mix
 from tools.simulate.plots import plot_frontier
 from tools.simulate.predict import Prediction, predict
@@ -73,6 +73,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True)
+class PlanSettings:
+    """build_parser()'s options as typed values, checked (ValueError names the option)."""
+
+    cost_model: Path
+    model: ModelSettings  # the cost model, the tokenizer step, the lengths
+    config: Path  # base encoder config
+    rate: float  # target requests/s over all replicas
+    burst_rate: float
+    burst_period_s: float
+    priority_mix: dict[int, float]
+    p99_ms: float
+    headroom: float
+    max_replicas: int
+    requests: int  # per simulation
+    json: bool
+    plot: Path | None
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> PlanSettings:
+        if not args.rate > 0 or args.headroom < 0 or args.max_replicas < 1 or args.requests < 1:
+            raise ValueError("--rate must be above 0, --headroom >= 0, --max-replicas and --requests >= 1")
+        if not args.p99_ms > 0:
+            raise ValueError(f"impossible SLO: --p99-ms must be above 0, got {args.p99_ms:g}")
+        return cls(
+            args.cost_model,
+            model_settings(args),
+            args.config,
+            args.rate,
+            args.burst_rate,
+            args.burst_period,
+            parse_priority_mix(args.priority_mix),
+            args.p99_ms,
+            args.headroom,
+            args.max_replicas,
+            args.requests,
+            args.json,
+            args.plot,
+        )
+
+
 def worst_p99(prediction: Prediction) -> float | None:
     values = [c.p99_ms for c in prediction.per_priority.values()]
     if not values or any(v is None for v in values) or prediction.rejected or prediction.timeouts:
@@ -80,87 +121,83 @@ def worst_p99(prediction: Prediction) -> float | None:
     return max(values)
 
 
-def plan(args: argparse.Namespace) -> int:
-    if not args.rate > 0 or args.headroom < 0 or args.max_replicas < 1 or args.requests < 1:
-        raise ValueError("--rate must be above 0, --headroom >= 0, --max-replicas and --requests >= 1")
-    if not args.p99_ms > 0:
-        raise ValueError(f"impossible SLO: --p99-ms must be above 0, got {args.p99_ms:g}")
-    settings = model_settings(args)
-    base = read_config(args.config)
-    mix = parse_priority_mix(args.priority_mix)
+def plan(settings: PlanSettings) -> int:
+    model = settings.model
+    base = read_config(settings.config)
+    mix = settings.priority_mix
     keep_queues = has_priority_queues(base)
 
     def simulate(candidate: Candidate, total_rate: float, replicas: int) -> Prediction:
         spec = BatcherSpec.from_config(apply_candidate(base, candidate))
-        burst = {"burst_rate": args.burst_rate / replicas, "burst_period_s": args.burst_period} if args.burst_rate else {}
+        burst = {"burst_rate": settings.burst_rate / replicas, "burst_period_s": settings.burst_period_s} if settings.burst_rate else {}
         traffic = Traffic(rate=total_rate / replicas, priority_mix=mix, **burst)
-        return predict(settings.cost, settings.steps(spec), Workload(traffic, args.requests, settings.lengths), stall=settings.stall)
+        return predict(model.cost, model.steps(spec), Workload(traffic, settings.requests, model.lengths), stall=model.stall)
 
     def meets(candidate: Candidate, replicas: int) -> Prediction | None:
-        prediction = simulate(candidate, args.rate * (1 + args.headroom), replicas)
+        prediction = simulate(candidate, settings.rate * (1 + settings.headroom), replicas)
         p99 = worst_p99(prediction)
-        return prediction if p99 is not None and p99 <= args.p99_ms else None
+        return prediction if p99 is not None and p99 <= settings.p99_ms else None
 
     plans = []
     for delay in DELAYS_US:
         for preferred in PREFERRED:
             for instances in INSTANCES:
                 candidate = Candidate(base.max_batch_size, preferred, delay, instances, keep_queues)
-                if not meets(candidate, args.max_replicas):
+                if not meets(candidate, settings.max_replicas):
                     continue
-                low, high = 1, args.max_replicas  # fewest replicas that meet the SLO: binary search
+                low, high = 1, settings.max_replicas  # fewest replicas that meet the SLO: binary search
                 while low < high:
                     middle = (low + high) // 2
                     low, high = (low, middle) if meets(candidate, middle) else (middle + 1, high)
-                plans.append(Plan(candidate, low, simulate(candidate, args.rate, low), meets(candidate, low)))
+                plans.append(Plan(candidate, low, simulate(candidate, settings.rate, low), meets(candidate, low)))
     if not plans:
         floor = simulate(Candidate(base.max_batch_size, (), 0, 1, keep_queues), 1.0, 1)
         raise ValueError(
-            f"impossible SLO: no config meets p99 <= {args.p99_ms:g} ms with up to {args.max_replicas} replicas "
+            f"impossible SLO: no config meets p99 <= {settings.p99_ms:g} ms with up to {settings.max_replicas} replicas "
             f"(one request alone already takes p99 {floor.p99_ms:.1f} ms on this cost model)"
         )
     best = min(plans, key=lambda p: (p.replicas, worst_p99(p.at_target) or float("inf")))
-    report(best, plans, args, settings.cost.kind)
-    if args.plot is not None:
+    report(best, plans, settings, model.cost.kind)
+    if settings.plot is not None:
         # a common grid around the chosen per-replica rate: each curve crosses the SLO at its config's capacity
-        target = args.rate / best.replicas
+        target = settings.rate / best.replicas
         rates = [round(target * share, 3) for share in FRONTIER_SHARES]
         curves = {f"{p.candidate.key} ({p.replicas} replicas)": [(r, worst_p99(simulate(p.candidate, r, 1))) for r in rates] for p in plans}
-        label = " (SYNTHETIC cost model)" if settings.cost.kind == "synthetic" else ""
-        log.info(plot_frontier(curves, args.p99_ms, args.plot, f"predicted p99 per config{label}"))
+        label = " (SYNTHETIC cost model)" if model.cost.kind == "synthetic" else ""
+        log.info(plot_frontier(curves, settings.p99_ms, settings.plot, f"predicted p99 per config{label}"))
     return 0
 
 
-def report(best: Plan, plans: list[Plan], args: argparse.Namespace, kind: str) -> None:
+def report(best: Plan, plans: list[Plan], settings: PlanSettings, kind: str) -> None:
     c, at = best.candidate, best.at_target
     document = {
-        "cost_model": str(args.cost_model),
+        "cost_model": str(settings.cost_model),
         "cost_model_kind": kind,
         "config": c.to_dict(),
         "config_key": c.key,
         "replicas": best.replicas,
         "instances_per_replica": c.instances,
-        "per_replica_rate": args.rate / best.replicas,
+        "per_replica_rate": settings.rate / best.replicas,
         "p99_ms_per_class": {str(level): figures.p99_ms for level, figures in at.per_priority.items()},
         "p99_ms_with_headroom": worst_p99(best.with_headroom),
         "hpa_target_queue_ms": at.encoder_queue_ms,
         "avg_batch": at.avg_batch,
         "frontier": [{"config_key": p.candidate.key, "replicas": p.replicas, "p99_ms": worst_p99(p.at_target)} for p in plans],
     }
-    if args.json:
+    if settings.json:
         print(json.dumps(document))
         return
     label = " (SYNTHETIC cost model: a what-if, not a measurement)" if kind == "synthetic" else ""
-    print(f"plan for {args.rate:g} req/s, p99 <= {args.p99_ms:g} ms, headroom {args.headroom:.0%}{label}")
+    print(f"plan for {settings.rate:g} req/s, p99 <= {settings.p99_ms:g} ms, headroom {settings.headroom:.0%}{label}")
     print(f"  config: {c.key} (max_batch_size {c.max_batch_size}, preferred {list(c.preferred) or 'none'}, delay {c.delay_us} us)")
-    print(f"  replicas: {best.replicas} x {c.instances} encoder instance(s), {args.rate / best.replicas:.1f} req/s each")
+    print(f"  replicas: {best.replicas} x {c.instances} encoder instance(s), {settings.rate / best.replicas:.1f} req/s each")
     classes = ", ".join(
         f"{'default' if level == 0 else level}: {f.p99_ms:.1f} ms" for level, f in sorted(at.per_priority.items()) if f.p99_ms
     )
     print(f"  expected p99 per class at the target: {classes}; avg encoder batch {at.avg_batch or 0:.2f}")
     if at.encoder_queue_ms is not None:
         print(f"  HPA target: encoder queue time {at.encoder_queue_ms:.2f} ms per request (scale out above it)")
-    print(f"  {len(plans)} configs meet the SLO within {args.max_replicas} replicas; fewest replicas per config:")
+    print(f"  {len(plans)} configs meet the SLO within {settings.max_replicas} replicas; fewest replicas per config:")
     for p in sorted(plans, key=lambda p: (p.replicas, worst_p99(p.at_target) or 0))[:8]:
         print(f"    {p.candidate.key:40} {p.replicas:3d} replicas, p99 {worst_p99(p.at_target) or 0:.1f} ms")
 
@@ -168,7 +205,7 @@ def report(best: Plan, plans: list[Plan], args: argparse.Namespace, kind: str) -
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    return run_reporting_errors(lambda: plan(args), log)
+    return run_reporting_errors(lambda: plan(PlanSettings.from_cli_args(args)), log)
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tools.bench.gateway import Row, ratio_lines, render
+from tools.bench.gateway.client import Row
+from tools.bench.gateway.report import ratio_lines, render
 from tools.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from gateway.__main__ import build_parser as gateway_parser
 from gateway.settings import OPTIONS, GatewaySettings
 from tools.ports import free_ports
 from tools.serve.__main__ import build_parser as serve_parser
-from tools.serve.gateway_process import SET_BY_SERVE, gateway_from_args
+from tools.serve.cli_gateway import SET_BY_SERVE, gateway_from_args
 
 
 def flags(parser: argparse.ArgumentParser) -> set[str]:

@@ -13,14 +13,14 @@ from tools.load.llm.workload import PromptSetWorkload, SharedPrefixWorkload, Wor
 from tools.load.schedules import ClosedLoop, Gamma, Poisson, Trace
 from tools.loadgen.__main__ import build_parser, check_arguments
 from tools.loadgen.cli_args import traffics_from_args
-from tools.loadgen.llm_args import llm_settings_from_args
+from tools.loadgen.llm_args import LlmLoadSettings
 from tools.loadgen.llm_report import LlmLevelResult, csv_columns, write_llm_csv
 
 
 def settings(*argv: str):
     args = build_parser().parse_args(["--model", "llm", *argv])
     check_arguments(args)
-    return llm_settings_from_args(args, traffics_from_args(args))
+    return LlmLoadSettings.from_cli_args(args, traffics_from_args(args))
 
 
 def test_closed_loop_levels_run_for_the_duration_or_stop_at_the_number_of_prompts() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from loadtest.run import build_parser, locust_command
+from loadtest.run import RunSettings, build_parser, locust_command
 
 
 def command_for(*argv: str, tmp_path) -> list[str]:
     args = build_parser().parse_args(["--report-dir", str(tmp_path), *argv])
-    return locust_command(args, tmp_path / "locust", tmp_path / "report.html")
+    return locust_command(RunSettings.from_cli_args(args), tmp_path / "locust", tmp_path / "report.html")
 
 
 def value_after(command: list[str], flag: str) -> str:
@@ -39,3 +39,9 @@ def test_the_llm_workload_runs_the_llm_locustfile_with_only_the_streaming_user(t
 def test_the_embed_workload_stays_the_default(tmp_path) -> None:
     command = command_for(tmp_path=tmp_path)
     assert value_after(command, "-f") == "loadtest/locustfile.py" and "LlmStreamUser" not in command
+
+
+def test_the_load_options_reach_locust_and_a_class_of_weight_zero_has_no_users(tmp_path) -> None:
+    command = command_for("--model", "encoder", "--bulk-weight", "0", "--protocol", "grpc", tmp_path=tmp_path)
+    assert value_after(command, "--model") == "encoder" and value_after(command, "--bulk-weight") == "0"
+    assert command[-1:] == ["InteractiveGrpcUser"]

@@ -139,7 +139,7 @@ def test_an_export_made_before_precisions_existed_counts_as_fp32(source_model, t
 
 
 def request(*argv: str) -> PrecisionRequest:
-    return PrecisionRequest.from_args(parse_args(list(argv)))
+    return PrecisionRequest.from_cli_args(parse_args(list(argv)))
 
 
 def test_precision_defaults_to_fp32_with_the_documented_gate() -> None:

@@ -8,10 +8,13 @@ import asyncio
 import gc
 import logging
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from tools.load.driver import run_until_complete
+from tools.paths import REPO_ROOT
 from tools.serve.interrupts import Interrupted
 
 
@@ -53,3 +56,37 @@ def test_other_task_errors_are_still_reported(caplog: pytest.LogCaptureFixture) 
     run_until_complete(load())
     gc.collect()
     assert any("never retrieved" in record.getMessage() for record in caplog.records)
+
+
+SIGNALLED_LOAD = """
+import asyncio, os, signal, subprocess
+from tools.load.driver import Prepared, drive
+from tools.load.schedules import ClosedLoop, Phase
+from tools.serve.interrupts import server_stopped, watch_server
+
+class Sender:
+    async def open(self): pass
+    async def close(self): await asyncio.sleep(0)
+    async def send(self, prepared): await asyncio.sleep(0.01)
+    def prepare(self, request):
+        os.kill(os.getpid(), signal.SIGTERM)  # every client's first request: a second signal lands inside a step
+        return Prepared(request, "m")
+
+stand_in = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a server of ours, as LocalTriton registers it
+watch_server(stand_in.pid)
+try:
+    drive(Sender(), [Phase(ClosedLoop(4), 3.0)])
+finally:
+    stand_in.kill()
+    stand_in.wait()
+    server_stopped(stand_in.pid)
+"""
+
+
+def test_sigterm_while_a_load_sets_up_ends_the_process_with_143_and_no_traceback() -> None:
+    """The tuner's case, end to end: real signals through tools.serve.interrupts' handler
+    while the load's clients start (without run_until_complete's handler asyncio printed
+    "Task exception was never retrieved" and a traceback)."""
+    result = subprocess.run([sys.executable, "-c", SIGNALLED_LOAD], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert "Traceback" not in result.stderr and "never retrieved" not in result.stderr, result.stderr

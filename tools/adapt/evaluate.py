@@ -93,18 +93,18 @@ class EvaluateSettings:
     grpc_url: str | None = None
     admin_key: str | None = None
 
-
-def settings_from_args(args: argparse.Namespace) -> EvaluateSettings:
-    return settings_from(
-        EvaluateSettings,
-        args,
-        pattern=tuple(args.pattern.split(",")),
-        delays_us=tuple(args.delays_us),
-        window_s=args.window,
-        control_window_s=args.control_window,
-        min_interval_s=args.min_interval,
-        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
-    )
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> EvaluateSettings:
+        return settings_from(
+            cls,
+            args,
+            pattern=tuple(args.pattern.split(",")),
+            delays_us=tuple(args.delays_us),
+            window_s=args.window,
+            control_window_s=args.control_window,
+            min_interval_s=args.min_interval,
+            admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+        )
 
 
 def replay_static(endpoints, base, delay: int, target, arrivals) -> Run:
@@ -247,7 +247,7 @@ def run_document(run: Run, label: str, phases: list[TracePhase], settings: Evalu
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
-    return run_reporting_errors(lambda: evaluate(settings_from_args(args)), log)
+    return run_reporting_errors(lambda: evaluate(EvaluateSettings.from_cli_args(args)), log)
 
 
 def main() -> None:

@@ -22,13 +22,15 @@ import logging
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.bench.in_process import open_session, token_batch
 from tools.bench.lengths_report import render_markdown
-from tools.cli.arguments import number_list
+from tools.cli.arguments import number_list, parse_settings
 from tools.cli.exit_status import run_reporting_errors
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags
+from tools.load.mixed_texts import LengthMix
 from tools.loadgen import Measurement, Traffic, mixed_target, run_load
 from tools.loadgen.cli_args import length_mix_from_args
 from tools.loadgen.report import format_ms
@@ -119,42 +121,41 @@ def measure_level(policy: str, traffic: Traffic, target, measurement: Measuremen
     return row
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def run_bench(settings: LengthsBenchSettings) -> int:
     started = time.perf_counter()
     cpu = describe_cpu()
     log.info("%s", cpu_line(cpu))
-    mix = length_mix_from_args(args)
-    priority_mix = parse_priority_mix(args.priority_mix)
+    mix, priority_mix = settings.mix, settings.priority_mix
     target = mixed_target(mix)
     encoder = load_config(MODEL_REPOSITORY / "encoder")
-    measurement = Measurement(args.warmup, args.window, 3, args.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
+    measurement = Measurement(settings.warmup_s, settings.window_s, 3, settings.max_windows, 0.10, ("embed", "tokenizer", "encoder"))
 
     instances = instance_count(encoder)
     model_path = MODEL_REPOSITORY / "encoder" / "1" / "model.onnx"
     log.info("[1/3] raw engine: padded tokens/s in process")
-    raw_points = raw_engine_points(model_path, instances, args.window / 2)
+    raw_points = raw_engine_points(model_path, instances, settings.window_s / 2)
 
-    log.info("[2/3] policies %s on %s", ", ".join(args.policies), target.describe)
+    log.info("[2/3] policies %s on %s", ", ".join(settings.policies), target.describe)
     rows: list[dict] = []
-    rate = args.rate
+    rate = settings.rate
     with triton_endpoints(None, explicit_control=True) as endpoints:
-        for number, policy in enumerate(args.policies, start=1):
+        for number, policy in enumerate(settings.policies, start=1):
             tokenizer_config, encoder_config = policy_configs(MODEL_REPOSITORY, policy)
             endpoints.client.load("encoder", encoder_config)
             endpoints.client.load("tokenizer", tokenizer_config)
-            log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(args.policies), policy, time.perf_counter() - started)
+            log.info("policy %d/%d: %s (loaded; %.0f s so far)", number, len(settings.policies), policy, time.perf_counter() - started)
             closed = [
                 measure_level(policy, Traffic(concurrency=c, priority_mix=priority_mix), target, measurement, endpoints)
-                for c in args.concurrency
+                for c in settings.concurrency
             ]
             rows += closed
-            if rate is None and args.rate_fraction > 0:
+            if rate is None and settings.rate_fraction > 0:
                 capacity = max(row["throughput_rps"] for row in closed)
-                rate = round(args.rate_fraction * capacity, 1)
+                rate = round(settings.rate_fraction * capacity, 1)
                 log.info(
                     "Poisson rate for every policy: %.1f req/s (%.0f%% of %s's best closed-loop %.1f req/s)",
                     rate,
-                    args.rate_fraction * 100,
+                    settings.rate_fraction * 100,
                     policy,
                     capacity,
                 )
@@ -162,33 +163,33 @@ def run_bench(args: argparse.Namespace) -> int:
                 rows.append(measure_level(policy, Traffic(rate=rate, seed=7, priority_mix=priority_mix), target, measurement, endpoints))
 
     log.info("[3/3] raw engine again (the best of both measurements counts)")
-    raw_points = raw_engine_points(model_path, instances, args.window / 2, raw_points)
+    raw_points = raw_engine_points(model_path, instances, settings.window_s / 2, raw_points)
     raw = {"points": raw_points, "best_tokens_per_s": max(p["tokens_per_s"] for p in raw_points)}
     report = {
         "cpu": cpu,
         "settings": {
             "workload": target.describe,
             "mean_tokens": mix.mean_tokens,
-            "policies": list(args.policies),
-            "concurrency": list(args.concurrency),
+            "policies": list(settings.policies),
+            "concurrency": list(settings.concurrency),
             "poisson_rate": rate,
-            "rate_fraction": args.rate_fraction,
+            "rate_fraction": settings.rate_fraction,
             "priority_mix": {str(k): v for k, v in priority_mix.items()},
-            "warmup_s": args.warmup,
-            "window_s": args.window,
-            "max_windows": args.max_windows,
+            "warmup_s": settings.warmup_s,
+            "window_s": settings.window_s,
+            "max_windows": settings.max_windows,
             "encoder": {"max_batch_size": encoder.max_batch_size, "instances": instances},
         },
         "raw_engine": raw,
         "rows": rows,
         "seconds": time.perf_counter() - started,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.json").write_text(json.dumps(report, indent=1))
+    settings.out.mkdir(parents=True, exist_ok=True)
+    (settings.out / "report.json").write_text(json.dumps(report, indent=1))
     markdown = render_markdown(report)
-    (args.out / "report.md").write_text(markdown)
+    (settings.out / "report.md").write_text(markdown)
     print(markdown)
-    log.info("wrote %s and %s in %.0f s", args.out / "report.md", args.out / "report.json", report["seconds"])
+    log.info("wrote %s and %s in %.0f s", settings.out / "report.md", settings.out / "report.json", report["seconds"])
     return 0
 
 
@@ -207,7 +208,7 @@ def positive_list(text: str) -> list[int]:
     return values
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench.lengths", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -229,25 +230,56 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-windows", type=int, default=4, help="windows per level at most (default %(default)s)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-lengths")
     add_verbosity_flags(parser)
-    args = parser.parse_args(argv)
-    if args.rate is not None and args.rate <= 0:
-        parser.error("--rate must be > 0")
-    if not 0 <= args.rate_fraction <= 2:
-        parser.error("--rate-fraction must be within 0..2")
-    if args.warmup < 0 or args.window <= 0 or args.max_windows < 1:
-        parser.error("--warmup must be >= 0, --window > 0 and --max-windows >= 1")
-    try:
-        length_mix_from_args(args)
-        Traffic(concurrency=1, priority_mix=parse_priority_mix(args.priority_mix))
-    except ValueError as exc:
-        parser.error(str(exc))
-    return args
+    return parser
+
+
+@dataclass(frozen=True)
+class LengthsBenchSettings:
+    """build_parser()'s options as typed values, checked."""
+
+    policies: list[str]
+    concurrency: list[int]  # closed-loop levels
+    rate: float | None  # Poisson req/s; None: rate_fraction of the first policy's best closed-loop throughput
+    rate_fraction: float
+    mix: LengthMix
+    priority_mix: dict[int, float]
+    warmup_s: float
+    window_s: float
+    max_windows: int
+    out: Path
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> LengthsBenchSettings:
+        """ValueError names a refused option."""
+        if args.rate is not None and args.rate <= 0:
+            raise ValueError("--rate must be > 0")
+        if not 0 <= args.rate_fraction <= 2:
+            raise ValueError("--rate-fraction must be within 0..2")
+        if args.warmup < 0 or args.window <= 0 or args.max_windows < 1:
+            raise ValueError("--warmup must be >= 0, --window > 0 and --max-windows >= 1")
+        priority_mix = parse_priority_mix(args.priority_mix)
+        Traffic(concurrency=1, priority_mix=priority_mix)  # the mix's own rules
+        return cls(
+            args.policies,
+            args.concurrency,
+            args.rate,
+            args.rate_fraction,
+            length_mix_from_args(args),
+            priority_mix,
+            args.warmup,
+            args.window,
+            args.max_windows,
+            args.out,
+        )
+
+
+def parse_args(argv: list[str] | None) -> LengthsBenchSettings:
+    return parse_settings(build_parser(), argv, LengthsBenchSettings.from_cli_args)
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    configure_logging(args)
-    return run_reporting_errors(lambda: run_bench(args), log)
+    settings = parse_args(argv)
+    return run_reporting_errors(lambda: run_bench(settings), log)
 
 
 def main() -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
 
 from tools.cli.logsetup import configure_logging
+
+Settings = TypeVar("Settings")
 
 
 def parse_checked(
@@ -20,6 +23,20 @@ def parse_checked(
         parser.error(str(exc))
     configure_logging(args)
     return args
+
+
+def parse_settings(
+    parser: argparse.ArgumentParser, argv: list[str] | None, settings_of: Callable[[argparse.Namespace], Settings]
+) -> Settings:
+    """argv straight to a command's typed settings (usually its `Settings.from_cli_args`): a
+    ValueError it raises is argparse's usage error (exit 2), then logging is set up."""
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_of(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    configure_logging(args)
+    return settings
 
 
 class ListError(argparse.ArgumentTypeError, ValueError):

@@ -23,7 +23,7 @@ from tools.cli.logsetup import add_verbosity_flags
 from tools.contract import LLM_MODEL
 from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
-from tools.loadgen.llm_args import LlmLoadSettings, add_llm_arguments, llm_settings_from_args
+from tools.loadgen.llm_args import LlmLoadSettings, add_llm_arguments
 from tools.loadgen.llm_load import is_generative, measure_llm
 from tools.loadgen.llm_report import LlmLevelResult, write_llm_csv
 from tools.loadgen.measure import run_load
@@ -60,7 +60,7 @@ def measure(args: argparse.Namespace) -> int:
     with triton_endpoints(args.url, args.grpc_url, serve_llm=args.model == LLM_MODEL) as endpoints:
         config = fetch_model_config(endpoints.http_url, args.model)  # what the model takes decides the requests
         if is_generative(config):
-            return measure_generative(args, llm_settings_from_args(args, traffics), endpoints)
+            return measure_generative(args, LlmLoadSettings.from_cli_args(args, traffics), endpoints)
         target = target_from_args(args, config)
         check_target(endpoints.http_url, target)
         measurement = measurement_from_args(args, served_models(config))
@@ -117,7 +117,7 @@ def _report_empty(results: list[LlmLevelResult]) -> int:
 def check_arguments(args: argparse.Namespace) -> None:
     """The load options, and the generative options (whichever the model turns out to be)."""
     check_load_arguments(args)
-    llm_settings_from_args(args, traffics_from_args(args))
+    LlmLoadSettings.from_cli_args(args, traffics_from_args(args))
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -76,30 +76,57 @@ class LlmLoadSettings:
             "openai": f"OpenAI /v1/completions at {self.openai_url}",
         }[self.api]
 
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace, traffics: list[Traffic]) -> LlmLoadSettings:
+        """The settings, or a ValueError naming the option at fault."""
+        api = args.llm_api or ("generate-stream" if args.protocol == "http" else "grpc")
+        if api == "openai" and not args.openai_url:
+            raise ValueError("--llm-api openai needs --openai-url HOST:PORT")
+        if args.num_prompts is not None and args.num_prompts < 1:
+            raise ValueError(f"--num-prompts must be at least 1, got {args.num_prompts}")
+        if args.duration is not None and not args.duration > 0:
+            raise ValueError(f"--duration must be above 0 s, got {args.duration:g}")
+        if args.burstiness is not None and not args.rate:
+            raise ValueError("--burstiness shapes open-loop arrivals: give --rate too")
+        if args.burstiness is not None and args.burst_rate:
+            raise ValueError("give --burstiness (gamma arrivals) or --burst-rate (alternating rates), not both")
+        if not args.request_deadline > 0:
+            raise ValueError(f"--request-deadline must be above 0 s, got {args.request_deadline:g}")
+        try:
+            slo = Slo.parse_goodput(args.goodput)
+        except ValueError as exc:
+            raise ValueError(f"--goodput: {exc}") from None
+        levels = tuple(_phase(_schedule(traffic, args.burstiness), args.duration, args.num_prompts, args.seed) for traffic in traffics)
+        return cls(
+            levels,
+            cls.workload_from_cli_args(args),
+            api,
+            args.openai_url,
+            args.openai_model or args.model,
+            slo,
+            args.request_deadline,
+            args.seed,
+        )
 
-def llm_settings_from_args(args: argparse.Namespace, traffics: list[Traffic]) -> LlmLoadSettings:
-    """The settings, or a ValueError naming the option at fault."""
-    api = args.llm_api or ("generate-stream" if args.protocol == "http" else "grpc")
-    if api == "openai" and not args.openai_url:
-        raise ValueError("--llm-api openai needs --openai-url HOST:PORT")
-    if args.num_prompts is not None and args.num_prompts < 1:
-        raise ValueError(f"--num-prompts must be at least 1, got {args.num_prompts}")
-    if args.duration is not None and not args.duration > 0:
-        raise ValueError(f"--duration must be above 0 s, got {args.duration:g}")
-    if args.burstiness is not None and not args.rate:
-        raise ValueError("--burstiness shapes open-loop arrivals: give --rate too")
-    if args.burstiness is not None and args.burst_rate:
-        raise ValueError("give --burstiness (gamma arrivals) or --burst-rate (alternating rates), not both")
-    if not args.request_deadline > 0:
-        raise ValueError(f"--request-deadline must be above 0 s, got {args.request_deadline:g}")
-    try:
-        slo = Slo.parse_goodput(args.goodput)
-    except ValueError as exc:
-        raise ValueError(f"--goodput: {exc}") from None
-    levels = tuple(_phase(_schedule(traffic, args.burstiness), args.duration, args.num_prompts, args.seed) for traffic in traffics)
-    return LlmLoadSettings(
-        levels, _workload(args), api, args.openai_url, args.openai_model or args.model, slo, args.request_deadline, args.seed
-    )
+    @staticmethod
+    def workload_from_cli_args(args: argparse.Namespace) -> LlmWorkload:
+        """The workload the options name, or a ValueError naming the option at fault."""
+        count = args.num_prompts or 1000  # enough distinct requests for a level; a longer level cycles them
+        try:
+            outputs = LengthRange.parse(args.output_tokens)
+        except ValueError as exc:
+            raise ValueError(f"--output-tokens: {exc}") from None
+        if args.workload == "prompts":
+            return PromptSetWorkload(outputs, count, args.seed)
+        if args.workload == "shared-prefix":
+            if args.prefix_tokens < 1:
+                raise ValueError(f"--prefix-tokens must be at least 1, got {args.prefix_tokens}")
+            return SharedPrefixWorkload(args.prefix_tokens, outputs, count, args.seed)
+        try:
+            prompts = LengthRange.parse(args.prompt_tokens)
+        except ValueError as exc:
+            raise ValueError(f"--prompt-tokens: {exc}") from None
+        return Workload(prompts, outputs, count, args.seed)
 
 
 def _schedule(traffic: Traffic, burstiness: float | None) -> Schedule:
@@ -127,22 +154,3 @@ def _phase(schedule: Schedule, seconds: float | None, count: int | None, seed: i
         raise ValueError("no arrival falls within --duration: lengthen it or raise --rate")
     trace = Trace(tuple(arrivals), cycle=False)
     return Phase(trace, max(arrivals) + 1e-3, name=f"{schedule.label()}, {len(arrivals)} requests")
-
-
-def _workload(args: argparse.Namespace) -> LlmWorkload:
-    count = args.num_prompts or 1000  # enough distinct requests for a level; a longer level cycles them
-    try:
-        outputs = LengthRange.parse(args.output_tokens)
-    except ValueError as exc:
-        raise ValueError(f"--output-tokens: {exc}") from None
-    if args.workload == "prompts":
-        return PromptSetWorkload(outputs, count, args.seed)
-    if args.workload == "shared-prefix":
-        if args.prefix_tokens < 1:
-            raise ValueError(f"--prefix-tokens must be at least 1, got {args.prefix_tokens}")
-        return SharedPrefixWorkload(args.prefix_tokens, outputs, count, args.seed)
-    try:
-        prompts = LengthRange.parse(args.prompt_tokens)
-    except ValueError as exc:
-        raise ValueError(f"--prompt-tokens: {exc}") from None
-    return Workload(prompts, outputs, count, args.seed)

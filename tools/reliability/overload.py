@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tools.cli.arguments import parse_checked
+from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags
 from tools.load.driver import drive
 from tools.load.mix import RequestMix
@@ -170,41 +170,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse out-of-range options before the server starts (ValueError names the option)."""
-    if args.rate is not None and not 0 < args.rate < math.inf:
-        raise ValueError(f"--rate must be a number above 0 req/s, got {args.rate:g}")
-    if not 1 <= args.seconds < math.inf:
-        raise ValueError(f"--seconds must be at least 1, got {args.seconds:g}")
-    if args.queue < 1:
-        raise ValueError(f"--queue must be at least 1, got {args.queue}")
-    if args.runs < 1:
-        raise ValueError(f"--runs must be at least 1, got {args.runs}")
+@dataclass(frozen=True)
+class OverloadSettings:
+    rate: float | None  # offered req/s; None: OVERLOAD_FACTOR x the capacity measured first
+    seconds: float  # per run
+    queue: int  # tokenizer and encoder max_queue_size per priority level
+    runs: int
+    output: Path
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> OverloadSettings:
+        """Refuse out-of-range options before the server starts (ValueError names the option)."""
+        if args.rate is not None and not 0 < args.rate < math.inf:
+            raise ValueError(f"--rate must be a number above 0 req/s, got {args.rate:g}")
+        if not 1 <= args.seconds < math.inf:
+            raise ValueError(f"--seconds must be at least 1, got {args.seconds:g}")
+        if args.queue < 1:
+            raise ValueError(f"--queue must be at least 1, got {args.queue}")
+        if args.runs < 1:
+            raise ValueError(f"--runs must be at least 1, got {args.runs}")
+        return cls(args.rate, args.seconds, args.queue, args.runs, args.output)
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = parse_checked(build_parser(), argv, check_arguments)
-    repository = bounded_repository(BUILD_DIR / "overload-repository", args.queue)
-    args.output.mkdir(parents=True, exist_ok=True)
+    settings = parse_settings(build_parser(), argv, OverloadSettings.from_cli_args)
+    repository = bounded_repository(BUILD_DIR / "overload-repository", settings.queue)
+    settings.output.mkdir(parents=True, exist_ok=True)
     results = []
     try:
-        with start_policy_server(repository, args.output / "triton.log") as server:
-            rate, capacity = args.rate, None
+        with start_policy_server(repository, settings.output / "triton.log") as server:
+            rate, capacity = settings.rate, None
             if rate is None:
                 log.info("measuring capacity (closed loop, %d clients)", CAPACITY_CLIENTS)
                 rate, capacity = overload_rate(server)
                 log.info("capacity %.1f req/s: offering %g req/s (%g x)", capacity, rate, OVERLOAD_FACTOR)
-            for number in range(args.runs):
-                result = run_overload(server, rate, args.seconds, MIX, seed=number)
+            for number in range(settings.runs):
+                result = run_overload(server, rate, settings.seconds, MIX, seed=number)
                 result.capacity_rps = capacity
                 results.append(result)
-                log.info("run %d/%d: %s", number + 1, args.runs, result.describe())
+                log.info("run %d/%d: %s", number + 1, settings.runs, result.describe())
     except (TritonStartError, RuntimeError) as exc:
         log.error("%s", exc)
         return 1
-    (args.output / "overload.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    (settings.output / "overload.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     table = markdown_table(results)
-    (args.output / "overload.md").write_text(table + "\n")
+    (settings.output / "overload.md").write_text(table + "\n")
     print(table)
     if not all(r.reconciled for r in results):
         log.error("the client's counts and the server's statistics disagree in some run (see above)")

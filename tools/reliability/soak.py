@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.cli.arguments import parse_checked
+from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags
 from tools.load.driver import LoadDriver, Run, run_until_complete
 from tools.load.mix import RequestMix
@@ -241,26 +241,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse out-of-range options before the server starts (ValueError names the option)."""
-    for option, value in (("--minutes", args.minutes), ("--rate", args.rate), ("--window", args.window)):
-        if not 0 < value < math.inf:
-            raise ValueError(f"{option} must be a number above 0, got {value:g}")
-    if args.cache_mb < 1:
-        raise ValueError(f"--cache-mb must be at least 1 (the response cache is part of what a soak watches), got {args.cache_mb}")
+@dataclass(frozen=True)
+class SoakSettings:
+    minutes: float
+    rate: float  # req/s, well below capacity
+    window_s: float  # per latency/memory sample and progress line
+    output: Path
+    cache_mb: int  # response cache size
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> SoakSettings:
+        """Refuse out-of-range options before the server starts (ValueError names the option)."""
+        for option, value in (("--minutes", args.minutes), ("--rate", args.rate), ("--window", args.window)):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{option} must be a number above 0, got {value:g}")
+        if args.cache_mb < 1:
+            raise ValueError(f"--cache-mb must be at least 1 (the response cache is part of what a soak watches), got {args.cache_mb}")
+        return cls(args.minutes, args.rate, args.window, args.output, args.cache_mb)
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = parse_checked(build_parser(), argv, check_arguments)
+    settings = parse_settings(build_parser(), argv, SoakSettings.from_cli_args)
     http, grpc, metrics = free_ports(3)
-    args.output.mkdir(parents=True, exist_ok=True)
+    settings.output.mkdir(parents=True, exist_ok=True)
     options = ServerOptions(
-        http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10, cache_size_bytes=args.cache_mb * 1024 * 1024
+        http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=10, cache_size_bytes=settings.cache_mb * 1024 * 1024
     )
-    with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
-        log.info("soaking for %g min at %g req/s; a progress line every %g s", args.minutes, args.rate, args.window)
-        report = run_soak(server, args.rate, args.minutes * 60.0, args.window)
-    path = write_report(report, args.output)
+    with LocalTriton(options, log_path=settings.output / "triton.log").start() as server:
+        log.info("soaking for %g min at %g req/s; a progress line every %g s", settings.minutes, settings.rate, settings.window_s)
+        report = run_soak(server, settings.rate, settings.minutes * 60.0, settings.window_s)
+    path = write_report(report, settings.output)
     print(report.summary())
     print(f"report: {path}")
     if not report.passed:

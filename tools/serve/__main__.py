@@ -29,15 +29,9 @@ from tools.repo.presets import DEFAULT_PRESET, PRESETS, PresetError, repository_
 from tools.repo.variant import VariantError
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import AdminKeyError, add_admin_key_arguments, resolve_admin_key
+from tools.serve.cli_gateway import add_serve_arguments, gateway_from_args, given_gateway_flags
 from tools.serve.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
-from tools.serve.gateway_process import (
-    GatewayProcess,
-    GatewayStartError,
-    add_serve_arguments,
-    describe,
-    gateway_from_args,
-    given_gateway_flags,
-)
+from tools.serve.gateway_process import GatewayProcess, GatewayStartError, describe
 from tools.serve.health_watch import HealthWatch, reload_model
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 

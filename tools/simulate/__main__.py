@@ -165,14 +165,14 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "predict":
         return run_reporting_errors(lambda: run_predict(args), log)
     if args.command == "calibrate":
-        from tools.simulate.calibrate import run_calibrate
+        from tools.simulate.calibrate import CalibrateSettings, run_calibrate
 
-        return run_reporting_errors(lambda: run_calibrate(args), log)
+        return run_reporting_errors(lambda: run_calibrate(CalibrateSettings.from_cli_args(args)), log)
     if args.command == "adapt":
         return run_reporting_errors(lambda: run_adapt(args), log)
-    from tools.simulate.validate import run_validate
+    from tools.simulate.validate import ValidateSettings, run_validate
 
-    return run_reporting_errors(lambda: run_validate(args), log)
+    return run_reporting_errors(lambda: run_validate(ValidateSettings.from_cli_args(args)), log)
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ import itertools
 import logging
 import platform
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -245,23 +247,49 @@ def calibrate(endpoints, batches: list[int], lengths: list[int], instances: list
     )
 
 
-def run_calibrate(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """`calibrate`'s options (tools/simulate/__main__.py declares them) as typed values, checked."""
+
+    out: Path
+    batch_sizes: list[int]
+    seq_lengths: list[int]
+    instances: list[int]
+    max_tokens: int  # points with batch x length above it are skipped
+    repeats: int  # executions per point
+    url: str | None = None  # a running server in explicit model-control mode, or None to start one
+    grpc_url: str | None = None
+    admin_key: str | None = None
+    plot: bool = True
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> CalibrateSettings:
+        if args.repeats < 1 or args.max_tokens < 1:
+            raise ValueError("--repeats and --max-tokens must be at least 1")
+        return cls(
+            out=args.out,
+            batch_sizes=positive_ints(args.batch_sizes, "--batch-sizes"),
+            seq_lengths=positive_ints(args.seq_lengths, "--lengths"),
+            instances=positive_ints(args.instances, "--instances"),
+            max_tokens=args.max_tokens,
+            repeats=args.repeats,
+            url=args.url,
+            grpc_url=args.grpc_url,
+            admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+            plot=not args.no_plot,
+        )
+
+
+def run_calibrate(settings: CalibrateSettings) -> int:
     from tools.serve.server_session import triton_endpoints
 
-    batches = positive_ints(args.batch_sizes, "--batch-sizes")
-    lengths = positive_ints(args.seq_lengths, "--lengths")
-    instances = positive_ints(args.instances, "--instances")
-    if args.repeats < 1 or args.max_tokens < 1:
-        raise ValueError("--repeats and --max-tokens must be at least 1")
     started = time.perf_counter()
-    with triton_endpoints(
-        args.url, args.grpc_url, explicit_control=True, admin_key=resolve_admin_key(args.admin_key_file, args.admin_key)
-    ) as endpoints:
-        model = calibrate(endpoints, batches, lengths, instances, args.max_tokens, args.repeats)
-    model.save(args.out)
-    print(f"wrote the cost model to {args.out} ({time.perf_counter() - started:.0f} s)")
-    if not args.no_plot:
+    with triton_endpoints(settings.url, settings.grpc_url, explicit_control=True, admin_key=settings.admin_key) as endpoints:
+        model = calibrate(endpoints, settings.batch_sizes, settings.seq_lengths, settings.instances, settings.max_tokens, settings.repeats)
+    model.save(settings.out)
+    print(f"wrote the cost model to {settings.out} ({time.perf_counter() - started:.0f} s)")
+    if settings.plot:
         from tools.simulate.plots import plot_cost_model
 
-        print(plot_cost_model(model, args.out.with_suffix(".png")))
+        print(plot_cost_model(model, settings.out.with_suffix(".png")))
     return 0

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from tools.cli.arguments import number_list
 from tools.serve.admin_key import resolve_admin_key
 from tools.simulate.batcher import BatcherSpec
-from tools.simulate.cli import model_settings, read_config, traffic_of
+from tools.simulate.cli import ModelSettings, model_settings, read_config, traffic_of
 from tools.simulate.configs import load_entries
 from tools.simulate.live_load import Traffic, full_budget_window, measure
 from tools.simulate.predict import predict
@@ -32,15 +33,48 @@ FIGURES = ("throughput_rps", "p99_ms", "avg_batch")
 TARGETS = {"throughput_rps": 0.10, "p99_ms": 0.25, "avg_batch": 0.20}  # median absolute error, issue 13
 
 
-def loads_from_args(args: argparse.Namespace) -> list[Traffic]:
-    concurrencies = number_list(args.concurrency, int, "--concurrency")
-    rates = number_list(args.rate, float, "--rate")
-    loads = [traffic_of(c, None, args) for c in concurrencies] + [traffic_of(None, r, args) for r in rates]
-    if args.trace:
-        loads.append(traffic_of(None, None, args))
-    if not loads:
-        raise ValueError("the traffic has no requests: give --concurrency, --rate or --trace")
-    return loads
+@dataclass(frozen=True)
+class ValidateSettings:
+    """`validate`'s options (tools/simulate/__main__.py declares them) as typed values, checked."""
+
+    model: ModelSettings
+    cost_model: Path
+    configs: Path  # YAML or JSON list of batching configs
+    loads: list[Traffic]
+    json: Path  # the rows are written here (and .md, .png beside it)
+    requests: int  # per prediction
+    measured: Path | None = None  # reuse an earlier validation's measurements (no server)
+    base_config: Path | None = None  # with measured: the encoder config the configs were applied to
+    url: str | None = None
+    grpc_url: str | None = None
+    admin_key: str | None = None
+    plot: bool = True
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> ValidateSettings:
+        if args.requests < 1:
+            raise ValueError(f"the traffic has no requests (--requests {args.requests})")
+        concurrencies = number_list(args.concurrency, int, "--concurrency")
+        rates = number_list(args.rate, float, "--rate")
+        loads = [traffic_of(c, None, args) for c in concurrencies] + [traffic_of(None, r, args) for r in rates]
+        if args.trace:
+            loads.append(traffic_of(None, None, args))
+        if not loads:
+            raise ValueError("the traffic has no requests: give --concurrency, --rate or --trace")
+        return cls(
+            model=model_settings(args),
+            cost_model=args.cost_model,
+            configs=args.configs,
+            loads=loads,
+            json=args.json,
+            requests=args.requests,
+            measured=args.measured,
+            base_config=args.base_config,
+            url=args.url,
+            grpc_url=args.grpc_url,
+            admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+            plot=not args.no_plot,
+        )
 
 
 def relative_error(predicted: float | None, measured: float | None) -> float | None:
@@ -124,13 +158,11 @@ def predict_like(settings, spec: BatcherSpec, traffic: Traffic, requests: int, w
     return predict(settings.cost, settings.steps(spec), workload, settings.seed, settings.stall)
 
 
-def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
+def measure_live(settings: ValidateSettings, entries: list) -> list[dict]:
     from tools.serve.server_session import triton_endpoints
 
     rows: list[dict] = []
-    with triton_endpoints(
-        args.url, args.grpc_url, explicit_control=True, admin_key=resolve_admin_key(args.admin_key_file, args.admin_key)
-    ) as endpoints:
+    with triton_endpoints(settings.url, settings.grpc_url, explicit_control=True, admin_key=settings.admin_key) as endpoints:
         control = endpoints.client
         base = control.config("encoder")
         try:
@@ -144,61 +176,57 @@ def measure_live(args: argparse.Namespace, settings, entries: list, loads: list[
             for number, (entry, config) in enumerate(configs, start=1):
                 spec = BatcherSpec.from_config(config)
                 control.load("encoder", config)
-                for traffic in loads:
-                    measured = measure(endpoints.http_url, endpoints.grpc_url, traffic, texts=settings.lengths.kind)
-                    predicted = predict_like(settings, spec, traffic, args.requests, measured.window_s)
+                for traffic in settings.loads:
+                    measured = measure(endpoints.http_url, endpoints.grpc_url, traffic, texts=settings.model.lengths.kind)
+                    predicted = predict_like(settings.model, spec, traffic, settings.requests, measured.window_s)
                     rows.append(row_of(entry, traffic, predicted, measured.to_dict()))
                     progress(number, len(configs), rows[-1])
     return rows
 
 
-def reuse_measurements(args: argparse.Namespace, settings, entries: list, loads: list[Traffic]) -> list[dict]:
+def reuse_measurements(settings: ValidateSettings, entries: list) -> list[dict]:
     """Predict again against the measurements of an earlier validation (same configs and
     loads): a changed cost model or simulator is checked in seconds, without a server."""
     try:
-        earlier = json.loads(Path(args.measured).read_text())
+        earlier = json.loads(Path(settings.measured).read_text())
         measured = {(row["config"], row["load"]): row["measured"] for row in earlier["rows"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"--measured {args.measured}: not a validation result ({exc})") from None
-    base = read_config(args.base_config)
+        raise ValueError(f"--measured {settings.measured}: not a validation result ({exc})") from None
+    base = read_config(settings.base_config)
     rows = []
     for number, entry in enumerate(entries, start=1):
         spec = BatcherSpec.from_config(entry.build(base))
-        for traffic in loads:
+        for traffic in settings.loads:
             if (entry.name, traffic.label()) not in measured:
-                raise ValueError(f"--measured {args.measured} has no measurement of {entry.name} under {traffic.label()}")
+                raise ValueError(f"--measured {settings.measured} has no measurement of {entry.name} under {traffic.label()}")
             # Older results do not say which windows counted: the engine's full budget, where
             # an unstable run (the rule on a shared machine) ends.
             earlier_window = measured[(entry.name, traffic.label())].get("window_s") or full_budget_window()
-            predicted = predict_like(settings, spec, traffic, args.requests, tuple(earlier_window))
+            predicted = predict_like(settings.model, spec, traffic, settings.requests, tuple(earlier_window))
             rows.append(row_of(entry, traffic, predicted, measured[(entry.name, traffic.label())]))
             progress(number, len(entries), rows[-1])
     return rows
 
 
-def run_validate(args: argparse.Namespace) -> int:
-    settings = model_settings(args)
-    entries = load_entries(args.configs)
-    loads = loads_from_args(args)
-    if args.requests < 1:
-        raise ValueError(f"the traffic has no requests (--requests {args.requests})")
+def run_validate(settings: ValidateSettings) -> int:
+    entries = load_entries(settings.configs)
     started = time.perf_counter()
-    if args.measured:
-        rows = reuse_measurements(args, settings, entries, loads)
+    if settings.measured:
+        rows = reuse_measurements(settings, entries)
     else:
-        rows = measure_live(args, settings, entries, loads)
+        rows = measure_live(settings, entries)
     result = {
-        "cost_model": str(args.cost_model),
-        "configs": str(args.configs),
+        "cost_model": str(settings.cost_model),
+        "configs": str(settings.configs),
         "rows": rows,
         "summary": summary(rows),
         "wall_s": time.perf_counter() - started,
-        "machine_note": settings.cost.measured_on,
-        "measurements": str(args.measured) if args.measured else "live",
+        "machine_note": settings.model.cost.measured_on,
+        "measurements": str(settings.measured) if settings.measured else "live",
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
-    markdown = args.json.with_suffix(".md")
+    settings.json.parent.mkdir(parents=True, exist_ok=True)
+    settings.json.write_text(json.dumps(result, indent=1) + "\n")
+    markdown = settings.json.with_suffix(".md")
     figures = result["summary"]
     lines = [table(rows), ""] + [
         f"median absolute error, {name.replace('_', ' ')} ({figures[name]['throughput_rps']['rows']} rows): "
@@ -207,9 +235,9 @@ def run_validate(args: argparse.Namespace) -> int:
     ]
     markdown.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    print(f"wrote {args.json} and {markdown}")
-    if not args.no_plot:
+    print(f"wrote {settings.json} and {markdown}")
+    if settings.plot:
         from tools.simulate.plots import plot_validation
 
-        print(plot_validation(rows, args.json.with_suffix(".png")))
+        print(plot_validation(rows, settings.json.with_suffix(".png")))
     return 0

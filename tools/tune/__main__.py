@@ -22,7 +22,7 @@ import sys
 
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import configure_logging
-from tools.tune.settings import build_parser, check_arguments, settings_from_args
+from tools.tune.settings import TuneSettings, build_parser
 from tools.tune.sweep import run_tuning
 
 log = logging.getLogger("tune")
@@ -32,11 +32,11 @@ def run(argv: list[str] | None = None) -> int:
     parser = build_parser(__doc__)
     args = parser.parse_args(argv)
     try:
-        check_arguments(args)
+        TuneSettings.check_cli_args(args)
     except ValueError as exc:
         parser.error(str(exc))
     configure_logging(args)
-    return run_reporting_errors(lambda: run_tuning(settings_from_args(args)), log)
+    return run_reporting_errors(lambda: run_tuning(TuneSettings.from_cli_args(args)), log)
 
 
 def main() -> None:

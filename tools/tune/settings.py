@@ -62,26 +62,50 @@ class TuneSettings:
     apply: bool = False
     plots: bool = True
 
+    @staticmethod
+    def check_cli_args(args: argparse.Namespace) -> None:
+        """Refuse out-of-range options before any server starts (ValueError names the option)."""
+        if not args.p99_ms > 0:  # NaN too
+            raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
+        if args.max_trials < 1:
+            raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
+        if args.top < 1:
+            raise ValueError(f"--top must be at least 1, got {args.top}")
+        if args.strategy == "model-guided" and args.cost_model not in ("auto", "calibrate"):
+            CostModel.load(Path(args.cost_model))  # a missing or malformed file is refused before any server starts
+        if args.strategy == "model-guided" and args.model != "encoder" and args.cost_model in ("auto", "calibrate"):
+            raise ValueError("--strategy model-guided calibrates the encoder only: give --cost-model FILE for another model")
+        if args.confirm < 0:
+            raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
+        for option, values, least in (
+            ("--max-batch-sizes", args.max_batch_sizes, 1),
+            ("--delays-us", args.delays_us, 0),
+            ("--instances", args.instances, 1),
+        ):
+            if values is not None and (not values or min(values) < least):
+                raise ValueError(f"{option} values must be at least {least}, got {values}")
+        check_load_arguments(args)
 
-def settings_from_args(args: argparse.Namespace) -> TuneSettings:
-    """Typed settings from the parsed command line (ValueError names a bad option)."""
-    load_model = args.load_model or default_load_model(args.model)
-    # The batch curve is measured at the traffic's length: texts through the ensemble pad
-    # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
-    seq_len = args.seq_len or (32 if load_model != args.model else 128)
-    return settings_from(
-        TuneSettings,
-        args,
-        load_model=load_model,
-        requests=request_settings_from_args(args, seq_len),
-        traffics=traffics_from_args(args),
-        measurement=measurement_from_args(args, models=(args.model,)),
-        seq_len=seq_len,
-        admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
-        priority_mix=bool(args.priority_mix),
-        report_dir=args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}",
-        plots=not args.no_plots,
-    )
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> TuneSettings:
+        """Typed settings from the parsed command line (ValueError names a bad option)."""
+        load_model = args.load_model or default_load_model(args.model)
+        # The batch curve is measured at the traffic's length: texts through the ensemble pad
+        # to 16-48 tokens; direct encoder traffic uses --seq-len (128 as in Model Analyzer's run).
+        seq_len = args.seq_len or (32 if load_model != args.model else 128)
+        return settings_from(
+            cls,
+            args,
+            load_model=load_model,
+            requests=request_settings_from_args(args, seq_len),
+            traffics=traffics_from_args(args),
+            measurement=measurement_from_args(args, models=(args.model,)),
+            seq_len=seq_len,
+            admin_key=resolve_admin_key(args.admin_key_file, args.admin_key),
+            priority_mix=bool(args.priority_mix),
+            report_dir=args.report_dir or REPO_ROOT / "reports" / f"tune-{args.model}",
+            plots=not args.no_plots,
+        )
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -137,30 +161,6 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     output.add_argument("--no-plots", action="store_true")
     add_verbosity_flags(parser)
     return parser
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """Refuse out-of-range options before any server starts (ValueError names the option)."""
-    if not args.p99_ms > 0:  # NaN too
-        raise ValueError(f"--p99-ms is a latency SLO and must be above 0 ms, got {args.p99_ms:g}")
-    if args.max_trials < 1:
-        raise ValueError(f"--max-trials must be at least 1, got {args.max_trials}")
-    if args.top < 1:
-        raise ValueError(f"--top must be at least 1, got {args.top}")
-    if args.strategy == "model-guided" and args.cost_model not in ("auto", "calibrate"):
-        CostModel.load(Path(args.cost_model))  # a missing or malformed file is refused before any server starts
-    if args.strategy == "model-guided" and args.model != "encoder" and args.cost_model in ("auto", "calibrate"):
-        raise ValueError("--strategy model-guided calibrates the encoder only: give --cost-model FILE for another model")
-    if args.confirm < 0:
-        raise ValueError(f"--confirm cannot be negative, got {args.confirm}")
-    for option, values, least in (
-        ("--max-batch-sizes", args.max_batch_sizes, 1),
-        ("--delays-us", args.delays_us, 0),
-        ("--instances", args.instances, 1),
-    ):
-        if values is not None and (not values or min(values) < least):
-            raise ValueError(f"{option} values must be at least {least}, got {values}")
-    check_load_arguments(args)
 
 
 def default_load_model(model: str) -> str:
