@@ -12,7 +12,8 @@ def outcome(kind: str, result: str, message: str = "", finish_reason: str | None
 
 
 def test_a_good_request_may_be_answered_or_refused_as_overload_but_never_hang_or_fail() -> None:
-    assert outcome("grpc", OK).expected and outcome("openai_chat", REJECTED, "HTTP 429: ...").expected
+    assert outcome("grpc", OK).expected and outcome("openai_chat", REJECTED, "HTTP 429 (Retry-After 1): ...").expected
+    assert not outcome("openai_chat", REJECTED, "HTTP 429: ...").expected, "a 429 without Retry-After"
     assert not outcome("grpc", HUNG).expected and not outcome("generate_stream", ERROR, "boom").expected
     assert not outcome("grpc", CANCELLED).expected
 

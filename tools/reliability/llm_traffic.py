@@ -77,6 +77,8 @@ class Outcome:
     @property
     def expected(self) -> bool:
         kind = KINDS[self.kind]
+        if self.outcome == REJECTED and kind.path == "openai_chat":  # the gateway's 429 tells the client when to retry
+            return REJECTED in kind.expected and "Retry-After" in self.message
         return self.outcome in kind.expected and (kind.bad is None or kind.bad in self.message)
 
     @property
@@ -114,7 +116,8 @@ class ChatStreamClient:
             raise RuntimeError("open() the client first")
         async with self._session.post(self.url, json=self.body(request)) as response:
             if response.status != 200:
-                raise StreamError(f"HTTP {response.status}: {(await response.text())[:300]}")
+                retry = f" (Retry-After {response.headers['Retry-After']})" if "Retry-After" in response.headers else ""
+                raise StreamError(f"HTTP {response.status}{retry}: {(await response.text())[:300]}")
             async for data in sse_events(response):
                 if data == b"[DONE]":
                     record.end_s = clock()
