@@ -44,7 +44,8 @@ OFF_VALUES: dict[str, tuple] = {
     "function_call": (None, "none"),
     "audio": (None,),
 }
-COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "seed", "stop", "n"})
+# ignore_eos: vLLM's extension (llama-server's too), which load generators send to get exactly max_tokens
+COMMON = frozenset({"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "ignore_eos"})
 KNOWN = {
     CHAT: COMMON | {"messages", "max_completion_tokens", "response_format"} | IGNORED | set(OFF_VALUES),
     COMPLETION: COMMON | {"prompt"} | IGNORED | set(OFF_VALUES),
@@ -157,6 +158,8 @@ def _sampling(payload: dict) -> dict[str, object]:
         sampling["top_p"] = top_p
     if seed is not None:
         sampling["seed"] = seed
+    if _bool(payload, "ignore_eos"):
+        sampling["ignore_eos"] = True
     if stop:
         sampling["stop"] = stop
     return sampling

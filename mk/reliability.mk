@@ -14,3 +14,11 @@ overload: export ## load far above capacity: who is rejected, per priority (OVER
 
 test-reliability: export ## the reliability test tier (tests/reliability)
 	$(PY) -m pytest tests/reliability $(PYTEST_ARGS)
+
+SOAK_LLM_SECONDS ?= 600
+SOAK_LLM_ARGS ?=
+
+.PHONY: soak-llm
+
+soak-llm: export ## LLM soak for SOAK_LLM_SECONDS: 3 streaming paths, disconnects, bad requests, a burst; KV freed, memory level
+	$(PY) -m tools.reliability.llm_soak --duration $(SOAK_LLM_SECONDS) $(SOAK_LLM_ARGS)
