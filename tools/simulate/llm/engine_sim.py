@@ -59,6 +59,9 @@ class Overheads:
     per_token_s: float = 0.0
 
 
+NO_OVERHEADS = Overheads()
+
+
 @dataclass
 class SimResult:
     records: list[StreamRecord]
@@ -90,7 +93,7 @@ class EngineSimulation:
         requests: Sequence[RequestShape],
         seconds: float,
         drain_s: float,
-        overheads: Overheads = Overheads(),
+        overheads: Overheads = NO_OVERHEADS,
         seed: int = 0,
     ) -> None:
         if not requests:
