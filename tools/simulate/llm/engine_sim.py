@@ -70,6 +70,8 @@ class SimResult:
     preemptions: int
     mean_running: float  # sequences per step, averaged over steps
     peak_kv_blocks: int
+    mean_waiting: float = 0.0  # requests waiting after a step's plan, averaged over steps
+    mean_kv_usage: float = 0.0  # share of the KV blocks in use after a step's plan, averaged over steps
 
     def figures(self, slo: Slo) -> LevelFigures:
         return LevelFigures.of(self.records, self.duration_s, slo)
@@ -127,7 +129,7 @@ class EngineSimulation:
             for offset in schedule.offsets(self.seconds, np.random.default_rng(self.seed)):
                 send(float(offset), None)
 
-        now, steps, preemptions, running_sum, peak = 0.0, 0, 0, 0, 0
+        now, steps, preemptions, running_sum, peak, waiting_sum, kv_sum = 0.0, 0, 0, 0, 0, 0, 0.0
         while now < limit:
             while arrivals and arrivals[0][0] <= now:
                 _, index, stream = heapq.heappop(arrivals)
@@ -166,6 +168,8 @@ class EngineSimulation:
             preemptions += len(plan.preempted)
             running_sum += len(plan.seqs)
             peak = max(peak, scheduler.blocks.num_used)
+            waiting_sum += len(scheduler.waiting)
+            kv_sum += scheduler.blocks.num_used / scheduler.blocks.num_blocks
             for seq in sampled:
                 item = open_[seq.seq_id]
                 item.record.add_tokens(end + latency, 1)
@@ -192,6 +196,8 @@ class EngineSimulation:
             preemptions=preemptions,
             mean_running=running_sum / steps if steps else 0.0,
             peak_kv_blocks=peak,
+            mean_waiting=waiting_sum / steps if steps else 0.0,
+            mean_kv_usage=kv_sum / steps if steps else 0.0,
         )
 
 

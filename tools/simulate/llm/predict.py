@@ -29,6 +29,8 @@ class LlmPrediction:
     preemptions: int
     mean_running: float
     peak_kv_blocks: int
+    mean_waiting: float = 0.0
+    mean_kv_usage: float = 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -38,6 +40,8 @@ class LlmPrediction:
             "preemptions": self.preemptions,
             "mean_running": round(self.mean_running, 2),
             "peak_kv_blocks": self.peak_kv_blocks,
+            "mean_waiting": round(self.mean_waiting, 2),
+            "mean_kv_usage": round(self.mean_kv_usage, 4),
         }
 
 
@@ -53,5 +57,12 @@ def predict_level(
 ) -> LlmPrediction:
     result = EngineSimulation(cost, config, engine, requests, level.seconds, level.drain_s, overheads, level.seed).run(schedule)
     return LlmPrediction(
-        level_label(schedule), result.figures(slo), result.steps, result.preemptions, result.mean_running, result.peak_kv_blocks
+        level_label(schedule),
+        result.figures(slo),
+        result.steps,
+        result.preemptions,
+        result.mean_running,
+        result.peak_kv_blocks,
+        result.mean_waiting,
+        result.mean_kv_usage,
     )
