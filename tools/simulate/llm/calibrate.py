@@ -77,9 +77,12 @@ def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: i
 
     from llm.engine.executor import LlamaExecutor
     from llm.sampling import Sampler, SamplingRow
+    from tools.simulate.llm.engine_sim import kv_bytes_per_token
+    from tools.simulate.llm.setup import DTYPE_BYTES, checkpoint_dims
 
     blocks = blocks_needed(design)
-    config = EngineConfig(dtype=dtype, block_size=BLOCK_SIZE, kv_cache_bytes=(blocks + 1) * 2**20, num_threads=threads)
+    per_block = kv_bytes_per_token(checkpoint_dims(checkpoint), DTYPE_BYTES[dtype]) * BLOCK_SIZE
+    config = EngineConfig(dtype=dtype, block_size=BLOCK_SIZE, kv_cache_bytes=(blocks + 1) * per_block, num_threads=threads)
     executor = LlamaExecutor.from_checkpoint(checkpoint, config)
     if executor.num_blocks < blocks:
         raise RuntimeError(f"the calibration KV cache holds {executor.num_blocks} blocks, {blocks} needed")

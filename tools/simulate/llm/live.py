@@ -60,7 +60,19 @@ class LiveServer:
         return LevelFigures.of(records, duration, slo)
 
 
-async def _drive(
+async def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
+    """The engine knobs a cost model was measured with, for the live server to run the same
+    engine: its thread count (a 2-thread engine on a crowded 2-core machine is not the
+    engine a 1-thread calibration measured) and dtype."""
+    parameters = {}
+    if cost_engine.get("threads"):
+        parameters["num_threads"] = str(cost_engine["threads"])
+    if cost_engine.get("dtype"):
+        parameters["dtype"] = str(cost_engine["dtype"])
+    return parameters
+
+
+def _drive(
     grpc_url: str, model: str, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan
 ) -> tuple[list[StreamRecord], float]:
     client = TritonStreamClient(grpc_url, model)

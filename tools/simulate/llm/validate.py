@@ -69,7 +69,9 @@ def validate(
     overheads: Overheads = NO_OVERHEADS,
 ) -> dict:
     from llm.serving.knobs import parse_knobs
+    from tools.simulate.llm.live import engine_parameters
 
+    base_parameters = {**base_parameters, **engine_parameters(cost.engine)}
     shapes = shapes_of(requests)
     rows = []
     for case in cases:

@@ -163,10 +163,13 @@ def run_tune(args: argparse.Namespace) -> int:
         print(comparison_table(rows))
         return 0
 
+    from tools.simulate.llm.live import engine_parameters
+
+    engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
     rows = []
     with live_server(args.url, args.grpc_url, args.admin_key) as server:
         for parameters, predicted, role in chosen:
-            server.apply({**base, **parameters})
+            server.apply({**base, **engine_knobs, **parameters})
             measured = server.measure(requests, schedule, level, per_request)
             rows.append(
                 {
