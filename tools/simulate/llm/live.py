@@ -60,7 +60,7 @@ class LiveServer:
         return LevelFigures.of(records, duration, slo)
 
 
-async def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
+def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
     """The engine knobs a cost model was measured with, for the live server to run the same
     engine: its thread count (a 2-thread engine on a crowded 2-core machine is not the
     engine a 1-thread calibration measured) and dtype."""
@@ -72,7 +72,7 @@ async def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
     return parameters
 
 
-def _drive(
+async def _drive(
     grpc_url: str, model: str, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan
 ) -> tuple[list[StreamRecord], float]:
     client = TritonStreamClient(grpc_url, model)
