@@ -97,3 +97,34 @@ def test_a_cache_too_small_for_the_load_makes_kv_usage_the_signal():
     assert result.signal == "kv_cache_usage"
     assert 0.0 < result.threshold <= 1.0
     assert result.kv_bytes_configured == 3 * 100
+
+
+def test_live_runs_pin_the_engine_threads_and_dtype_the_cost_model_was_measured_with():
+    from tools.simulate.llm.live import engine_parameters
+
+    assert engine_parameters({"threads": 1, "dtype": "float32"}) == {"num_threads": "1", "dtype": "float32"}
+    assert engine_parameters({}) == {}
+
+
+def test_the_winner_is_written_into_the_config_parameters_keeping_the_header(tmp_path):
+    from tools.repo.model_config import load_config
+    from tools.simulate.llm.setup import DEFAULT_CONFIG
+    from tools.tune.llm.command import write_winner
+
+    out = tmp_path / "config.pbtxt"
+    write_winner(DEFAULT_CONFIG, {"max_num_seqs": "4", "max_wait_ms": "50"}, out)
+    written = load_config(out)
+    assert written.parameters["max_num_seqs"].string_value == "4"
+    assert written.parameters["max_wait_ms"].string_value == "50"
+    assert written.parameters["mode"].string_value == load_config(DEFAULT_CONFIG).parameters["mode"].string_value
+    assert out.read_text().startswith("#")
+
+
+def test_tools_tune_hands_model_llm_to_the_llm_tuner(monkeypatch):
+    import tools.tune.llm.command as command
+    from tools.tune.__main__ import run
+
+    seen = []
+    monkeypatch.setattr(command, "run", lambda argv: seen.append(argv) or 0)
+    assert run(["--model", "llm", "--simulate-only"]) == 0
+    assert seen == [["--model", "llm", "--simulate-only"]]
