@@ -179,6 +179,7 @@ def run_tune(args: argparse.Namespace) -> int:
                     "predicted": predicted.as_dict(),
                     "measured": measured.as_dict(),
                     "meets_slo": slo.met_by(measured),
+                    "load_average": server.last_load_average,
                 }
             )
             log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
