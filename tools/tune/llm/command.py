@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=None, help="sending time per measured level (default 40; quick 20)")
-    parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 20; quick 10)")
+    parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 40; quick 30)")
     parser.add_argument("--url", default=None, help="a running Triton in explicit model-control mode (default: start a local one)")
     parser.add_argument("--grpc-url", default=None)
     parser.add_argument("--admin-key", default=None)
@@ -130,7 +130,7 @@ def run_tune(args: argparse.Namespace) -> int:
     engine = engine_shape(engine_config)
     space = LlmSpace.quick() if args.quick else LlmSpace()
     level = LevelPlan(
-        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (10.0 if args.quick else 20.0), seed=args.seed
+        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
     )
     top = min(args.top, 2) if args.quick and args.top == 3 else args.top
     schedule = Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8)
