@@ -1,7 +1,7 @@
 # The LLM's step-level simulator, tuner and planner (docs/simulate.md, docs/tuning.md: the LLM sections).
 #   make llm-calibrate          this CPU's step cost model -> build/simulate/llm-step-cost.json (in-process, a few minutes)
 #   make llm-validate           predicted vs measured on a local Triton, reports/simulate/llm-validation.json
-#   make tune-llm QUICK=1       quick calibration, 73 candidates simulated, the top 2 and the config measured (~5 min)
+#   make tune-llm QUICK=1       quick calibration, 72 candidates simulated, the top 2 and the config measured (~5-8 min here)
 #   make tune-llm TUNE_LLM_ARGS="--rate 0.5 --apply"
 #   make plan-llm PLAN_LLM_ARGS="--rate 2"
 LLM_COST_MODEL ?= build/simulate/llm-step-cost.json
