@@ -11,11 +11,13 @@ when the measured queue time rises above it (tools/observe/prometheus_rule.py na
 Examples:
   python -m tools.plan --cost-model tools/simulate/cost_models/synthetic-gpu.json --rate 2000 --p99-ms 50
   python -m tools.plan --cost-model build/simulate/cost-model.json --rate 150 --p99-ms 250 --priority-mix 1:0.2,2:0.8
+  python -m tools.plan --model llm --rate 2 --slo ttft_p99=2s,tpot_p99=150ms   # the LLM (tools/simulate/llm/capacity.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
@@ -166,6 +168,11 @@ def report(best: Plan, plans: list[Plan], args: argparse.Namespace, kind: str) -
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--model=llm" in argv or any(a == "--model" and b == "llm" for a, b in itertools.pairwise(argv)):
+        from tools.simulate.llm.capacity import run as run_llm  # the LLM's replicas, KV memory and scaling signal
+
+        return run_llm(argv)
     args = build_parser().parse_args(argv)
     configure_logging(args)
     return run_reporting_errors(lambda: plan(args), log)

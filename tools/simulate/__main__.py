@@ -4,6 +4,7 @@
   predict    simulate one config under one load level (throughput, latency per class, batches)
   validate   predict and measure a list of configs under several loads; errors per figure
   adapt      tools.adapt's control law on make bench-adapt's bursty trace vs every static delay
+  llm ...    the `llm` model's step-level simulator: calibrate, predict, validate (tools/simulate/llm/cli.py)
 
 Examples:
   python -m tools.simulate calibrate --out build/simulate/cost-model.json
@@ -159,6 +160,11 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["llm"]:
+        from tools.simulate.llm.cli import run as run_llm
+
+        return run_llm(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)

@@ -13,10 +13,12 @@ Examples:
   python -m tools.tune --model encoder --p99-ms 100 --rate 40,80 --strategy grid --delays-us 0,2000,8000
   python -m tools.tune --model encoder --p99-ms 80 --objective mixed --priority-mix 1:0.2,2:0.8 --apply
   python -m tools.tune --model encoder --p99-ms 250 --strategy model-guided   # simulate all, measure the top 3 (docs/simulate.md)
+  python -m tools.tune --model llm --slo ttft_p99=1s,tpot_p99=100ms --concurrency 8   # the LLM's scheduler (tools/tune/llm/)
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 
@@ -29,6 +31,11 @@ log = logging.getLogger("tune")
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--model=llm" in argv or any(a == "--model" and b == "llm" for a, b in itertools.pairwise(argv)):
+        from tools.tune.llm.command import run as run_llm  # the LLM's scheduler knobs: tools/tune/llm/
+
+        return run_llm(argv)
     parser = build_parser(__doc__)
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,72 @@
+"""The LLM simulator's live side against the real Triton: validation and a tiny tune."""
+
+from __future__ import annotations
+
+import json
+
+from tools.contract import LLM_MODEL
+from tools.repo.model_config import load_config
+from tools.simulate.llm.step_cost import FEATURES, StepCostModel
+
+# About this engine on a 2-core EPYC (tools/simulate/llm/calibrate.py measures the real one);
+# the tests check the plumbing between simulation and measurement, not the model's accuracy.
+HAND_MADE = dict(zip(FEATURES, (0.045, 0.0012, 0.004, 0.000002, 0.0001)))
+
+TINY_LOAD = ("--prompt-lengths", "8-24", "--output-lengths", "2-6", "--requests", "12", "--seed", "3")
+
+
+def cost_model(tmp_path):
+    path = tmp_path / "llm-step-cost.json"
+    StepCostModel(HAND_MADE, machine={"model": "hand-made"}).save(path)
+    return path
+
+
+def server_args(server) -> list[str]:
+    return [
+        *("--url", server.options.http_url, "--grpc-url", server.options.grpc_url),
+        *(("--admin-key", server.admin_key) if server.admin_key else ()),
+    ]
+
+
+def test_validation_measures_a_config_live_beside_its_prediction_and_restores_the_server_config(llm_triton, tmp_path):
+    from tools.simulate.__main__ import run
+
+    before = llm_triton.client.config(LLM_MODEL)
+    out = tmp_path / "validation.json"
+    args = [
+        *("llm", "validate", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
+        *("--cases", "max_num_seqs=2", "--concurrency", "2", "--rates", "", "--seconds", "3", "--drain", "60"),
+        *TINY_LOAD,
+        *("--json", str(out), "-q"),
+    ]
+    assert run(args) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["overrides"] == {"max_num_seqs": "2"}
+    assert row["measured"]["completed"] == row["measured"]["requests"] >= 2
+    assert row["predicted"]["completed"] == row["predicted"]["requests"] >= 2
+    assert row["predicted"]["mean_running"] <= 2  # the simulated scheduler ran the override
+    for figure in ("output_tokens_per_s", "ttft_p99_ms", "tpot_p50_ms"):
+        assert row["errors"][figure] is not None
+    assert llm_triton.client.config(LLM_MODEL) == before
+
+
+def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_measured_winner(llm_triton, tmp_path):
+    from tools.tune.__main__ import run
+
+    before = llm_triton.client.config(LLM_MODEL)
+    written = tmp_path / "config.pbtxt"
+    args = [
+        *("--model", "llm", "--slo", "ttft_p99=5s,tpot_p99=1s", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
+        *("--quick", "--top", "1", "--concurrency", "2", "--seconds", "3", "--drain", "60", *TINY_LOAD),
+        *("--report-dir", str(tmp_path / "report"), "--output", str(written), "-q"),
+    ]
+    assert run(args) == 0
+    report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
+    assert report["simulated"] > 10
+    roles = [row["role"].split(",")[0] for row in report["measured"]]
+    assert roles == ["top 1", "config"]
+    for row in report["measured"]:
+        assert row["measured"]["completed"] >= 2
+    parameters = {key: value.string_value for key, value in load_config(written).parameters.items()}
+    assert {key: parameters[key] for key in report["winner"]} == report["winner"]
+    assert llm_triton.client.config(LLM_MODEL) == before

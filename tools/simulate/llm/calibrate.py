@@ -1,0 +1,114 @@
+"""Measure the engine's step time on a designed set of step shapes and fit the step cost model.
+
+Runs `LlamaExecutor.execute` plus greedy sampling in this process (what one engine-loop step
+costs, without Triton), on pure prefills, pure decodes at several batch sizes and context
+lengths, and mixed steps, so every feature of the model varies on its own somewhere.
+A few minutes on a 2-core CPU; the JSON names the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.contract import EngineConfig, SamplingParams, ScheduledChunk
+from tools.machine import describe_cpu
+from tools.simulate.llm.step_cost import StepCostModel, StepShape
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Design:
+    prefills: tuple[int, ...] = (16, 64, 128, 256, 512)  # prompt tokens from an empty cache
+    continued: tuple[tuple[int, int], ...] = ((128, 512), (256, 768), (256, 1536))  # (chunk, cached context)
+    decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    decode_contexts: tuple[int, ...] = (64, 512, 1536)
+    mixed: tuple[tuple[int, int, int], ...] = ((4, 256, 64), (8, 256, 128), (16, 512, 256), (8, 1024, 256))  # decodes, context, prefill
+    repeats: int = 4  # rounds; a shape's time is its fastest (the least disturbed by other processes)
+
+    @classmethod
+    def quick(cls) -> Design:
+        return cls(
+            prefills=(32, 128, 512),
+            continued=((256, 768),),
+            decode_batches=(1, 4, 16, 32),
+            decode_contexts=(64, 1024),
+            mixed=((8, 256, 128), (16, 512, 256)),
+            repeats=2,
+        )
+
+    def steps(self) -> Iterator[list[tuple[int, int]]]:
+        """Each step as (chunk length, cached context) per sequence."""
+        for length in self.prefills:
+            yield [(length, 0)]
+        for length, context in self.continued:
+            yield [(length, context)]
+        for batch in self.decode_batches:
+            for context in self.decode_contexts:
+                yield [(1, context)] * batch
+        for decodes, context, prefill in self.mixed:
+            yield [(1, context)] * decodes + [(prefill, 0)]
+
+
+def chunks_of(step: list[tuple[int, int]]) -> list[ScheduledChunk]:
+    """Disjoint blocks per sequence, every chunk sampled (as a decode or a prompt's last chunk)."""
+    chunks, next_block = [], 0
+    for seq_id, (length, context) in enumerate(step):
+        blocks = -(-(context + length) // BLOCK_SIZE)
+        table = tuple(range(next_block, next_block + blocks))
+        next_block += blocks
+        chunks.append(ScheduledChunk(seq_id, [100 + (seq_id + i) % 1000 for i in range(length)], context, table, True))
+    return chunks
+
+
+def blocks_needed(design: Design) -> int:
+    return max(sum(-(-(c + n) // BLOCK_SIZE) for n, c in step) for step in design.steps())
+
+
+def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: int = 0) -> StepCostModel:
+    import torch
+
+    from llm.engine.executor import LlamaExecutor
+    from llm.sampling import Sampler, SamplingRow
+    from tools.simulate.llm.engine_sim import kv_bytes_per_token
+    from tools.simulate.llm.setup import DTYPE_BYTES, checkpoint_dims
+
+    blocks = blocks_needed(design)
+    per_block = kv_bytes_per_token(checkpoint_dims(checkpoint), DTYPE_BYTES[dtype]) * BLOCK_SIZE
+    config = EngineConfig(dtype=dtype, block_size=BLOCK_SIZE, kv_cache_bytes=(blocks + 1) * per_block, num_threads=threads)
+    executor = LlamaExecutor.from_checkpoint(checkpoint, config)
+    if executor.num_blocks < blocks:
+        raise RuntimeError(f"the calibration KV cache holds {executor.num_blocks} blocks, {blocks} needed")
+    sampler = Sampler(frozenset(executor.eos_token_ids))
+    greedy = SamplingParams(max_tokens=1, temperature=0.0)
+
+    def step(chunks: list[ScheduledChunk]) -> float:
+        started = time.perf_counter()
+        logits = executor.execute(chunks)
+        sampler.sample(logits, [SamplingRow(greedy, 0, None) for _ in chunks])
+        return time.perf_counter() - started
+
+    layouts = [chunks_of(layout) for layout in design.steps()]
+    for chunks in layouts:
+        step(chunks)  # warm-up
+    best = [float("inf")] * len(layouts)
+    order = random.Random(0)
+    for round_ in range(design.repeats):  # rounds over every shape in a shuffled order: a burst of
+        indices = list(range(len(layouts)))  # another process's load spoils one sample, not a shape
+        order.shuffle(indices)
+        for index in indices:
+            best[index] = min(best[index], step(layouts[index]))
+        log.info("round %d of %d done", round_ + 1, design.repeats)
+    shapes = [StepShape.of(chunks) for chunks in layouts]
+    seconds = best
+    engine = {"checkpoint": str(checkpoint), "dtype": dtype, "threads": torch.get_num_threads(), "block_size": BLOCK_SIZE}
+    model = StepCostModel.fitted(shapes, seconds, machine=describe_cpu(), engine=engine)
+    samples = [{**vars(s), "seconds": round(t, 6), "predicted": round(model.seconds(s), 6)} for s, t in zip(shapes, seconds)]
+    return StepCostModel(model.coefficients, model.machine, model.engine, {**model.fit, "steps": samples})

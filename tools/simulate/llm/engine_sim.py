@@ -1,0 +1,212 @@
+"""The `llm` model's engine loop on a simulated clock: the real scheduler, a modelled step time.
+
+llm/scheduler is pure (the time is passed in), so this drives the very code the server runs
+(one source of truth for the policy) with a step that takes the cost model's seconds instead
+of running the model. Requests arrive as tools.llmbench's driver sends them (the same seeded
+Poisson offsets, or N closed-loop streams sending the next request when the last one ended),
+are taken in at the start of the next step as EngineLoop does, and generate exactly
+`max_tokens` tokens (the benchmark ignores EOS). Each request becomes a StreamRecord, so the
+figures (TTFT, TPOT, ITL, goodput) are tools.llmbench's own definitions, not a second copy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
+from llm.scheduler import Scheduler
+from llm.scheduler import Sequence as SchedSequence
+from tools.llmbench.driver import Schedule
+from tools.llmbench.figures import LevelFigures, Slo
+from tools.llmbench.records import CUT, StreamRecord
+from tools.load.schedules import ClosedLoop
+from tools.simulate.llm.step_cost import StepCostModel, StepShape
+
+FILLER_TOKEN = 100  # token values do not change a step's cost
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What the simulator needs of a request: its prompt and output lengths in tokens."""
+
+    prompt_tokens: int
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """The engine facts the scheduler sees (EngineConfig and the checkpoint decide them)."""
+
+    num_blocks: int
+    block_size: int = 16
+    max_model_len: int = 8192
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Time outside the engine's step, which the step cost model does not see.
+
+    `request_s`: from the client's send to the engine's intake (gRPC, the Python backend,
+    tokenizing) plus the last response's way back; `per_token_s`: the engine thread's work
+    per streamed token (detokenizing, the response callback), added to the step."""
+
+    request_s: float = 0.0
+    per_token_s: float = 0.0
+
+
+NO_OVERHEADS = Overheads()
+
+
+@dataclass
+class SimResult:
+    records: list[StreamRecord]
+    duration_s: float
+    steps: int
+    preemptions: int
+    mean_running: float  # sequences per step, averaged over steps
+    peak_kv_blocks: int
+    mean_waiting: float = 0.0  # requests waiting after a step's plan, averaged over steps
+    mean_kv_usage: float = 0.0  # share of the KV blocks in use after a step's plan, averaged over steps
+
+    def figures(self, slo: Slo) -> LevelFigures:
+        return LevelFigures.of(self.records, self.duration_s, slo)
+
+
+@dataclass
+class _Open:
+    seq: SchedSequence
+    record: StreamRecord
+    stream: int | None  # closed loop: the stream that sends the next request when this one ends
+
+
+class EngineSimulation:
+    """One load level, as tools.llmbench.driver.LevelDriver runs it, on a simulated engine."""
+
+    def __init__(
+        self,
+        cost: StepCostModel,
+        config: SchedulerConfig,
+        engine: EngineShape,
+        requests: Sequence[RequestShape],
+        seconds: float,
+        drain_s: float,
+        overheads: Overheads = NO_OVERHEADS,
+        seed: int = 0,
+    ) -> None:
+        if not requests:
+            raise ValueError("a simulation needs at least one request shape")
+        if seconds <= 0 or drain_s < 0:
+            raise ValueError(f"a level lasts > 0 s and drains >= 0 s, got {seconds:g} and {drain_s:g}")
+        self.cost, self.config, self.engine = cost, config, engine
+        self.requests, self.seconds, self.drain_s = requests, seconds, drain_s
+        self.overheads, self.seed = overheads, seed
+
+    def run(self, schedule: Schedule) -> SimResult:
+        scheduler = Scheduler(
+            self.config, block_size=self.engine.block_size, num_blocks=self.engine.num_blocks, max_model_len=self.engine.max_model_len
+        )
+        limit = self.seconds + self.drain_s
+        records: list[StreamRecord] = []
+        arrivals: list[tuple[float, int, int | None]] = []  # (time the engine sees it, record index, stream)
+        open_: dict[int, _Open] = {}
+        latency = self.overheads.request_s / 2  # half on the way in, half on the way back
+
+        def send(at: float, stream: int | None) -> None:
+            index = len(records)
+            record = StreamRecord(index, at)
+            records.append(record)
+            heapq.heappush(arrivals, (at + latency, index, stream))
+
+        if isinstance(schedule, ClosedLoop):
+            for stream in range(schedule.concurrency):
+                send(0.0, stream)
+        else:
+            for offset in schedule.offsets(self.seconds, np.random.default_rng(self.seed)):
+                send(float(offset), None)
+
+        now, steps, preemptions, running_sum, peak, waiting_sum, kv_sum = 0.0, 0, 0, 0, 0, 0, 0.0
+        while now < limit:
+            while arrivals and arrivals[0][0] <= now:
+                _, index, stream = heapq.heappop(arrivals)
+                shape = self.requests[index % len(self.requests)]
+                request = GenerationRequest(
+                    str(index),
+                    [FILLER_TOKEN] * shape.prompt_tokens,
+                    SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True),
+                    records[index].sent_s + latency,
+                )
+                seq = SchedSequence.from_request(index, request)
+                try:
+                    scheduler.add(seq)
+                except ValueError as exc:
+                    records[index].outcome, records[index].message = "error", str(exc)
+                    records[index].end_s = records[index].sent_s + 2 * latency
+                    continue
+                records[index].tokens_in = shape.prompt_tokens
+                open_[index] = _Open(seq, records[index], stream)
+            plan = scheduler.schedule(now)
+            if plan.empty:
+                wake = scheduler.next_step_time(now)
+                upcoming = [t for t in (wake, arrivals[0][0] if arrivals else None) if t is not None and t > now]
+                if not upcoming:
+                    break
+                now = min(upcoming)
+                continue
+            sampled = plan.sampled_seqs
+            duration = self.cost.seconds(StepShape.of(plan.chunks)) + self.overheads.per_token_s * len(sampled)
+            end = now + duration
+            if end > limit:
+                now = limit
+                break
+            scheduler.commit(plan, {seq.seq_id: FILLER_TOKEN for seq in sampled})
+            steps += 1
+            preemptions += len(plan.preempted)
+            running_sum += len(plan.seqs)
+            peak = max(peak, scheduler.blocks.num_used)
+            waiting_sum += len(scheduler.waiting)
+            kv_sum += scheduler.blocks.num_used / scheduler.blocks.num_blocks
+            for seq in sampled:
+                item = open_[seq.seq_id]
+                item.record.add_tokens(end + latency, 1)
+                if len(seq.output_token_ids) >= seq.request.params.max_tokens:
+                    scheduler.finish(seq)
+                    del open_[seq.seq_id]
+                    item.record.end_s = end + latency
+                    item.record.finish_reason = "length"
+                    done = end + 2 * latency  # the client's clock: the last answer arrived
+                    if item.stream is not None and done < self.seconds:
+                        send(done, item.stream)
+            now = end
+        for item in open_.values():
+            item.record.outcome, item.record.message = CUT, f"still streaming {self.drain_s:g} s after the level's end"
+        for _, index, _ in arrivals:
+            if records[index].end_s is None and records[index].outcome != CUT:
+                records[index].outcome = CUT
+        answered = [r.end_s for r in records if r.end_s is not None]
+        last = min(max(answered, default=0.0), limit) if not open_ and not arrivals else limit
+        return SimResult(
+            records=records,
+            duration_s=max(last, self.seconds),
+            steps=steps,
+            preemptions=preemptions,
+            mean_running=running_sum / steps if steps else 0.0,
+            peak_kv_blocks=peak,
+            mean_waiting=waiting_sum / steps if steps else 0.0,
+            mean_kv_usage=kv_sum / steps if steps else 0.0,
+        )
+
+
+def kv_bytes_per_token(checkpoint_config: dict, dtype_bytes: int = 4) -> int:
+    """K and V of one position over every layer (llm_config.json's dimensions)."""
+    c = checkpoint_config
+    return 2 * c["num_layers"] * c["num_kv_heads"] * c["head_dim"] * dtype_bytes
+
+
+def num_blocks_for(kv_cache_bytes: int, block_size: int, bytes_per_token: int) -> int:
+    """What PagedKVCache preallocates from the `kv_cache_bytes` knob."""
+    return math.floor(kv_cache_bytes / (bytes_per_token * block_size))

@@ -1,0 +1,118 @@
+"""Seconds per engine step as a linear function of the step's composition.
+
+    step_s = intercept + prefill_token·p + decode_seq·d + kv_token·k + prefill_pair·q
+
+- `prefill_tokens`: prompt tokens fed this step (the matmuls' rows beside decodes);
+- `decode_seqs`: sequences decoding one token (a row each, plus one sampled row each);
+- `kv_tokens`: positions the step's attention reads (each chunk's context up to its last token);
+- `prefill_pairs`: query x key pairs of the prefill chunks, in thousands (causal attention
+  over a chunk grows with chunk length times context, which `kv_tokens` alone misses).
+
+Fitted by non-negative least squares on measured steps, so no feature can make a step cheaper,
+and saved with the CPU it was measured on: a cost model is only valid where it was measured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llm.contract import ScheduledChunk
+
+FEATURES = ("intercept", "prefill_tokens", "decode_seqs", "kv_tokens", "prefill_pairs")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a step costs depends on: its composition, not its token values."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    kv_tokens: int = 0
+    prefill_pairs: float = 0.0  # thousands of query x key pairs in prefill chunks
+
+    def row(self) -> list[float]:
+        return [1.0, float(self.prefill_tokens), float(self.decode_seqs), float(self.kv_tokens), float(self.prefill_pairs)]
+
+    @classmethod
+    def of(cls, chunks: Sequence[ScheduledChunk]) -> StepShape:
+        """A step's shape from its chunks (a chunk of one token after cached context is a decode)."""
+        prefill = decodes = kv = 0
+        pairs = 0.0
+        for chunk in chunks:
+            count = len(chunk.token_ids)
+            end = chunk.start_position + count
+            kv += end
+            if count == 1 and chunk.start_position > 0:
+                decodes += 1
+            else:
+                prefill += count
+                pairs += count * (chunk.start_position + (count + 1) / 2) / 1000.0
+        return cls(prefill, decodes, kv, pairs)
+
+
+@dataclass(frozen=True)
+class StepCostModel:
+    coefficients: dict[str, float]  # seconds per unit of each feature of FEATURES
+    machine: dict = field(default_factory=dict)  # tools.machine.describe_cpu() where measured
+    engine: dict = field(default_factory=dict)  # dtype, threads, checkpoint
+    fit: dict = field(default_factory=dict)  # samples, median and max relative error of the fit
+
+    def __post_init__(self) -> None:
+        missing = [name for name in FEATURES if name not in self.coefficients]
+        if missing:
+            raise ValueError(f"a step cost model needs a coefficient for {', '.join(missing)}")
+
+    def seconds(self, shape: StepShape) -> float:
+        return float(sum(c * x for c, x in zip(self._vector(), shape.row())))
+
+    def _vector(self) -> list[float]:
+        return [self.coefficients[name] for name in FEATURES]
+
+    @classmethod
+    def fitted(cls, shapes: Sequence[StepShape], seconds: Sequence[float], **meta) -> StepCostModel:
+        """Non-negative least squares, weighted by 1/seconds so short decode steps count as much
+        as long prefills (the error that matters is relative)."""
+        from scipy.optimize import nnls
+
+        if len(shapes) != len(seconds) or len(shapes) < len(FEATURES):
+            raise ValueError(f"a fit needs as many times as shapes and at least {len(FEATURES)} of them, got {len(shapes)}")
+        x = np.array([shape.row() for shape in shapes])
+        y = np.array(seconds, dtype=float)
+        if (y <= 0).any():
+            raise ValueError("step times must be positive")
+        weights = 1.0 / y
+        solution, _ = nnls(x * weights[:, None], y * weights)
+        model = cls(dict(zip(FEATURES, (float(v) for v in solution))), **meta)
+        errors = np.abs(np.array([model.seconds(s) for s in shapes]) - y) / y
+        quality = {
+            "samples": len(shapes),
+            "median_rel_error": round(float(np.median(errors)), 4),
+            "max_rel_error": round(float(errors.max()), 4),
+        }
+        return cls(model.coefficients, model.machine, model.engine, {**model.fit, **quality})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"kind": "llm-step-cost", **self.to_dict()}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> StepCostModel:
+        data = json.loads(Path(path).read_text())
+        if data.get("kind") != "llm-step-cost":
+            raise ValueError(f"{path} is not an LLM step cost model (python -m tools.simulate llm calibrate writes one)")
+        return cls(data["coefficients"], data.get("machine", {}), data.get("engine", {}), data.get("fit", {}))
+
+    def describe(self) -> str:
+        c = self.coefficients
+        return (
+            f"{c['intercept'] * 1e3:.2f} ms + {c['prefill_tokens'] * 1e6:.1f} us/prefill token + {c['decode_seqs'] * 1e6:.1f} us/decode seq"
+            f" + {c['kv_tokens'] * 1e9:.1f} ns/KV token + {c['prefill_pairs'] * 1e6:.2f} us/1000 prefill pairs"
+        )

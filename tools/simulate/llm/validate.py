@@ -1,0 +1,92 @@
+"""Predict and measure the same configs and levels; the simulator's errors per figure.
+
+Each row is one (config, level): the live figures from a real Triton, the simulated ones
+from the same requests, arrivals and level length, and the relative error of each figure
+(predicted / measured - 1). The summary is the median absolute error per figure, against
+the goals of issue 20 (Vidur's): throughput within 10 %, TTFT p99 and TPOT p50 within 20 %.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tools.llmbench.driver import Schedule, level_label
+from tools.llmbench.figures import LevelFigures, Slo
+from tools.llmbench.workload import LlmRequest
+from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, Overheads
+from tools.simulate.llm.live import LiveServer
+from tools.simulate.llm.predict import LevelPlan, predict_level
+from tools.simulate.llm.setup import shapes_of
+from tools.simulate.llm.step_cost import StepCostModel
+
+log = logging.getLogger(__name__)
+
+GOALS = {"output_tokens_per_s": 0.10, "ttft_p99_ms": 0.20, "tpot_p50_ms": 0.20}
+
+
+def relative_error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return round(predicted / measured - 1.0, 4)
+
+
+def compare(predicted: LevelFigures, measured: LevelFigures) -> dict[str, float | None]:
+    return {name: relative_error(getattr(predicted, name), getattr(measured, name)) for name in GOALS}
+
+
+def summarize(rows: Sequence[Mapping]) -> dict:
+    """Median |error| per figure over the rows that have one, and whether it meets its goal."""
+    summary = {}
+    for name, goal in GOALS.items():
+        errors = [abs(row["errors"][name]) for row in rows if row["errors"].get(name) is not None]
+        median = round(statistics.median(errors), 4) if errors else None
+        summary[name] = {"median_abs_error": median, "goal": goal, "met": median is not None and median <= goal, "rows": len(errors)}
+    return summary
+
+
+@dataclass(frozen=True)
+class ValidationCase:
+    overrides: Mapping[str, str]  # scheduler knobs changed from the base config
+    schedule: Schedule
+
+    def label(self) -> str:
+        knobs = ",".join(f"{k}={v}" for k, v in self.overrides.items()) or "base config"
+        return f"{knobs} @ {level_label(self.schedule)}"
+
+
+def validate(
+    server: LiveServer,
+    cost: StepCostModel,
+    base_parameters: Mapping[str, str],
+    engine: EngineShape,
+    cases: Sequence[ValidationCase],
+    requests: Sequence[LlmRequest],
+    level: LevelPlan,
+    slo: Slo,
+    overheads: Overheads = NO_OVERHEADS,
+) -> dict:
+    from llm.serving.knobs import parse_knobs
+    from tools.simulate.llm.live import engine_parameters
+
+    base_parameters = {**base_parameters, **engine_parameters(cost.engine)}
+    shapes = shapes_of(requests)
+    rows = []
+    for case in cases:
+        config, _ = parse_knobs({**base_parameters, **case.overrides})
+        predicted = predict_level(cost, config, engine, shapes, case.schedule, level, slo, overheads)
+        server.apply({**base_parameters, **case.overrides})
+        measured = server.measure(requests, case.schedule, level, slo)
+        row = {
+            "case": case.label(),
+            "overrides": dict(case.overrides),
+            "level": level_label(case.schedule),
+            "predicted": predicted.to_dict(),
+            "measured": measured.as_dict(),
+            "errors": compare(predicted.figures, measured),
+        }
+        log.info("%s: %s", case.label(), row["errors"])
+        rows.append(row)
+    return {"rows": rows, "summary": summarize(rows)}

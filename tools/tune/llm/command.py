@@ -1,0 +1,216 @@
+"""Model-guided tuning of the `llm` model's scheduler for a TTFT/TPOT SLO.
+
+Simulates every candidate of the space (tools/simulate/llm: the real scheduler on a step cost
+model measured on this CPU) under the level to tune for, measures the top few and the
+config's own knobs live on a Triton (tools.llmbench's driver and client), and picks the
+best measured by the SLO's order (tools/tune/llm/space.py). Prints predicted beside measured,
+writes a report, and with --apply writes the winner into model_repository/llm/config.pbtxt's
+parameters through the protobuf schema (its comment header kept).
+
+    python -m tools.tune --model llm --slo ttft_p99=1s,tpot_p99=100ms --concurrency 8
+    python -m tools.tune --model llm --slo ttft_p99=2s,tpot_p99=150ms --rate 0.5 --top 3 --apply
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tools.cli.exit_status import run_reporting_errors
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.llmbench.driver import level_label
+from tools.llmbench.figures import LevelFigures
+from tools.llmbench.workload import LengthRange
+from tools.load.schedules import ClosedLoop, Poisson
+from tools.paths import REPO_ROOT
+from tools.simulate.llm.cli import DEFAULT_COST_MODEL
+from tools.simulate.llm.predict import LevelPlan, predict_level
+from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, DEFAULT_CONFIG, engine_shape, shapes_of
+from tools.simulate.llm.step_cost import StepCostModel
+from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
+
+log = logging.getLogger("tune.llm")
+
+KNOBS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "policy", "max_wait_ms")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.tune --model llm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", choices=("llm",), required=True)
+    parser.add_argument("--slo", type=LlmSlo.parse, default=LlmSlo(), help="ttft_p99=1s,tpot_p99=100ms (default)")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=int, default=None, help="closed-loop streams to tune for (default 8)")
+    load.add_argument("--rate", type=float, default=None, help="Poisson requests/s to tune for")
+    parser.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="the llm config.pbtxt (base of every candidate; --apply target)"
+    )
+    parser.add_argument(
+        "--cost-model",
+        default="auto",
+        help="step cost JSON, `calibrate` (a quick one now) or auto (build/simulate/llm-step-cost.json, else calibrate)",
+    )
+    parser.add_argument("--top", type=int, default=3, help="predicted best candidates measured live (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="a smaller space, 20 s levels, the top 2: make tune-llm QUICK=1")
+    parser.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 512))
+    parser.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 128))
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seconds", type=float, default=None, help="sending time per measured level (default 40; quick 20)")
+    parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 20; quick 10)")
+    parser.add_argument("--url", default=None, help="a running Triton in explicit model-control mode (default: start a local one)")
+    parser.add_argument("--grpc-url", default=None)
+    parser.add_argument("--admin-key", default=None)
+    parser.add_argument("--tokenizer", type=Path, default=DEFAULT_CHECKPOINT / "tokenizer.json")
+    parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports" / "tune-llm")
+    parser.add_argument("--simulate-only", action="store_true", help="print the predicted ranking; measure nothing (no server)")
+    parser.add_argument("--apply", action="store_true", help="write the winner into --config")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="write the winner's config here (default: only with --apply, into --config)"
+    )
+    add_verbosity_flags(parser)
+    return parser
+
+
+def choose_cost_model(option: str, quick: bool) -> tuple[StepCostModel, str]:
+    if option not in ("auto", "calibrate"):
+        return StepCostModel.load(Path(option)), option
+    if option == "auto" and DEFAULT_COST_MODEL.is_file():
+        return StepCostModel.load(DEFAULT_COST_MODEL), str(DEFAULT_COST_MODEL)
+    from tools.simulate.llm.calibrate import Design, measure
+
+    log.info("calibrating the step cost model on this CPU (%s design)", "quick" if quick else "full")
+    model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design())
+    model.save(DEFAULT_COST_MODEL)
+    return model, f"calibrated now ({DEFAULT_COST_MODEL})"
+
+
+def write_winner(config_path: Path, parameters: Mapping[str, str], out: Path) -> None:
+    from tools.repo.model_config import load_config, rewrite_config
+
+    config = load_config(config_path)
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    if out != config_path and not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(config_path.read_text())  # the header comments come along
+    rewrite_config(config, out)
+
+
+def _cells(figures: Mapping) -> str:
+    def ms(name: str) -> str:
+        return "-" if figures.get(name) is None else f"{figures[name]:.0f}"
+
+    return f"{figures['output_tokens_per_s']:6.1f} {figures['goodput_rps']:6.3f} {ms('ttft_p99_ms'):>7s} {ms('tpot_p99_ms'):>6s}"
+
+
+def comparison_table(rows: list[dict]) -> str:
+    head = f"{'candidate':52s} {'role':10s} | {'predicted: tok/s good/s TTFT99 TPOT99':38s} | measured: tok/s good/s TTFT99 TPOT99"
+    lines = [head]
+    for row in rows:
+        measured = _cells(row["measured"]) if row.get("measured") else "(not measured)"
+        lines.append(f"{row['label'][:52]:52s} {row['role']:10s} | {_cells(row['predicted']):38s} | {measured}")
+    return "\n".join(lines)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
+    from tools.llmbench.__main__ import load_tokenizer
+    from tools.llmbench.workload import Workload
+    from tools.simulate.llm.live import live_server
+
+    started = time.monotonic()
+    base = parameters_from_pbtxt(args.config)
+    _, engine_config = parse_knobs(base)
+    engine = engine_shape(engine_config)
+    space = LlmSpace.quick() if args.quick else LlmSpace()
+    level = LevelPlan(
+        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (10.0 if args.quick else 20.0), seed=args.seed
+    )
+    top = min(args.top, 2) if args.quick and args.top == 3 else args.top
+    schedule = Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8)
+    cost, source = choose_cost_model(args.cost_model, args.quick)
+    requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(load_tokenizer(args.tokenizer))
+    shapes = shapes_of(requests)
+    default = {key: base[key] for key in KNOBS if key in base}
+    slo, per_request = args.slo, args.slo.per_request()
+
+    simulated = []
+    for parameters in [default, *space.candidates()]:
+        config, _ = parse_knobs({**base, **parameters})
+        prediction = predict_level(cost, config, engine, shapes, schedule, level, per_request)
+        simulated.append((parameters, prediction.figures))
+    sim_s = time.monotonic() - started
+    ranked = sorted(simulated[1:], key=lambda item: score(item[1], slo), reverse=True)
+    log.info("simulated %d candidates in %.1f s with %s", len(simulated), sim_s, source)
+    chosen: list[tuple[dict, LevelFigures, str]] = []
+    seen = [simulated[0][1]]  # a candidate predicted to behave as one already chosen adds nothing
+    for parameters, figures in ranked:
+        if len(chosen) == top:
+            break
+        if parameters != default and figures not in seen:
+            chosen.append((parameters, figures, f"top {len(chosen) + 1}"))
+            seen.append(figures)
+    chosen.append((default, simulated[0][1], "config"))
+    if args.simulate_only:
+        rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
+        print(f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(schedule)}; SLO {slo.describe()}")
+        print(comparison_table(rows))
+        return 0
+
+    from tools.simulate.llm.live import engine_parameters
+
+    engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
+    rows = []
+    with live_server(args.url, args.grpc_url, args.admin_key) as server:
+        for parameters, predicted, role in chosen:
+            server.apply({**base, **engine_knobs, **parameters})
+            measured = server.measure(requests, schedule, level, per_request)
+            rows.append(
+                {
+                    "label": label(parameters),
+                    "role": role,
+                    "parameters": parameters,
+                    "predicted": predicted.as_dict(),
+                    "measured": measured.as_dict(),
+                    "meets_slo": slo.met_by(measured),
+                }
+            )
+            log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
+    best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
+    best["role"] += ", winner"
+    print(
+        f"{len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under {level_label(schedule)}; SLO {slo.describe()}"
+    )
+    print(comparison_table(rows))
+    print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    report = {
+        "slo": vars(slo),
+        "level": {"schedule": level_label(schedule), **vars(level)},
+        "cost_model": source,
+        "machine": cost.machine,
+        "simulated": len(simulated),
+        "simulate_s": round(sim_s, 2),
+        "wall_s": round(time.monotonic() - started, 1),
+        "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in ranked[:20]],
+        "measured": rows,
+        "winner": best["parameters"],
+    }
+    (args.report_dir / "tune-llm.json").write_text(json.dumps(report, indent=1))
+    target = args.output or (args.config if args.apply else None)
+    if target is not None:
+        write_winner(args.config, best["parameters"], target)
+        print(f"wrote the winner's parameters into {target}")
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    return run_reporting_errors(lambda: run_tune(args), log)

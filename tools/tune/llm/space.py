@@ -1,0 +1,61 @@
+"""The scheduler knobs searched and the order of candidates under an SLO (tools/simulate/llm/slo.py).
+
+A candidate meets the SLO when its level's TTFT p99 and TPOT p99 are inside the targets and
+no request failed; among those the most goodput wins (DistServe's: requests meeting both
+targets themselves, per second), then output tokens/s. Candidates missing the SLO rank
+below every one that meets it, by goodput, then by how far the worse percentile misses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from tools.llmbench.figures import LevelFigures
+from tools.simulate.llm.slo import LlmSlo
+
+
+def score(figures: LevelFigures, slo: LlmSlo) -> tuple:
+    """Larger is better (for sorted(..., reverse=True))."""
+    meets = slo.met_by(figures)
+    return (meets, figures.goodput_rps, figures.output_tokens_per_s if meets else -slo.overshoot(figures))
+
+
+@dataclass(frozen=True)
+class LlmSpace:
+    max_num_seqs: tuple[int, ...] = (2, 4, 8, 16, 32)
+    max_num_batched_tokens: tuple[int, ...] = (64, 128, 256, 512, 1024)
+    long_prefill_token_threshold: tuple[int, ...] = (32, 64, 128, 256, 512)
+    policy: tuple[str, ...] = ("fcfs",)  # priority ranks like fcfs when no request sets a priority
+    max_wait_ms: tuple[float, ...] = (0.0, 50.0, 200.0)
+
+    @classmethod
+    def quick(cls) -> LlmSpace:
+        return cls(
+            max_num_seqs=(2, 4, 8, 16),
+            max_num_batched_tokens=(64, 128, 256, 512),
+            long_prefill_token_threshold=(64, 128, 256),
+            max_wait_ms=(0.0, 100.0),
+        )
+
+    def candidates(self) -> Iterator[dict[str, str]]:
+        """Every valid combination as config `parameters` (a chunk larger than the budget is
+        the budget: such duplicates are left out; the budget must cover one token per sequence)."""
+        for seqs, budget, chunk, policy, wait in itertools.product(
+            self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_token_threshold, self.policy, self.max_wait_ms
+        ):
+            if budget < seqs or chunk > budget:
+                continue
+            yield {
+                "max_num_seqs": str(seqs),
+                "max_num_batched_tokens": str(budget),
+                "long_prefill_token_threshold": str(chunk),
+                "policy": policy,
+                "max_wait_ms": f"{wait:g}",
+            }
+
+
+def label(parameters: Mapping[str, str]) -> str:
+    short = {"max_num_seqs": "seqs", "max_num_batched_tokens": "budget", "long_prefill_token_threshold": "chunk", "max_wait_ms": "wait_ms"}
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in parameters.items() if k in short or k == "policy")
