@@ -128,3 +128,19 @@ def test_kv_blocks_follow_the_checkpoint_dimensions():
     smollm2 = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64}
     assert kv_bytes_per_token(smollm2) == 2 * 30 * 3 * 64 * 4  # 46,080 bytes in float32
     assert num_blocks_for(2**30, 16, kv_bytes_per_token(smollm2)) == 2**30 // (46_080 * 16)
+
+
+def test_validation_reports_the_median_absolute_error_per_figure_against_its_goal():
+    from tools.simulate.llm.validate import relative_error, summarize
+
+    assert relative_error(110.0, 100.0) == pytest.approx(0.10)
+    assert relative_error(1.0, None) is None
+    rows = [
+        {"errors": {"output_tokens_per_s": 0.05, "ttft_p99_ms": -0.30, "tpot_p50_ms": None}},
+        {"errors": {"output_tokens_per_s": -0.08, "ttft_p99_ms": 0.10, "tpot_p50_ms": 0.15}},
+        {"errors": {"output_tokens_per_s": 0.20, "ttft_p99_ms": 0.50, "tpot_p50_ms": -0.05}},
+    ]
+    summary = summarize(rows)
+    assert summary["output_tokens_per_s"] == {"median_abs_error": 0.08, "goal": 0.10, "met": True, "rows": 3}
+    assert summary["ttft_p99_ms"]["median_abs_error"] == 0.30 and not summary["ttft_p99_ms"]["met"]
+    assert summary["tpot_p50_ms"]["median_abs_error"] == pytest.approx(0.10) and summary["tpot_p50_ms"]["rows"] == 2

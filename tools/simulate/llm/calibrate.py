@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ class Design:
     decode_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     decode_contexts: tuple[int, ...] = (64, 512, 1536)
     mixed: tuple[tuple[int, int, int], ...] = ((4, 256, 64), (8, 256, 128), (16, 512, 256), (8, 1024, 256))  # decodes, context, prefill
-    repeats: int = 4  # rounds; a shape's time is its fastest (the least disturbed by other processes)
+    repeats: int = 4  # rounds over every shape
+    statistic: str = "median"  # of a shape's rounds: median (the typical step, what serving sees) or min (the undisturbed one)
 
     @classmethod
     def quick(cls) -> Design:
@@ -41,7 +43,7 @@ class Design:
             decode_batches=(1, 4, 16, 32),
             decode_contexts=(64, 1024),
             mixed=((8, 256, 128), (16, 512, 256)),
-            repeats=2,
+            repeats=3,
         )
 
     def steps(self) -> Iterator[list[tuple[int, int]]]:
@@ -98,17 +100,27 @@ def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: i
     layouts = [chunks_of(layout) for layout in design.steps()]
     for chunks in layouts:
         step(chunks)  # warm-up
-    best = [float("inf")] * len(layouts)
+    if design.statistic not in ("median", "min"):
+        raise ValueError(f"statistic must be median or min, got {design.statistic!r}")
+    times: list[list[float]] = [[] for _ in layouts]
     order = random.Random(0)
     for round_ in range(design.repeats):  # rounds over every shape in a shuffled order: a burst of
         indices = list(range(len(layouts)))  # another process's load spoils one sample, not a shape
         order.shuffle(indices)
         for index in indices:
-            best[index] = min(best[index], step(layouts[index]))
+            times[index].append(step(layouts[index]))
         log.info("round %d of %d done", round_ + 1, design.repeats)
+    pick = statistics.median if design.statistic == "median" else min
+    best = [pick(samples) for samples in times]
     shapes = [StepShape.of(chunks) for chunks in layouts]
     seconds = best
-    engine = {"checkpoint": str(checkpoint), "dtype": dtype, "threads": torch.get_num_threads(), "block_size": BLOCK_SIZE}
+    engine = {
+        "checkpoint": str(checkpoint),
+        "dtype": dtype,
+        "threads": torch.get_num_threads(),
+        "block_size": BLOCK_SIZE,
+        "statistic": design.statistic,
+    }
     model = StepCostModel.fitted(shapes, seconds, machine=describe_cpu(), engine=engine)
     samples = [{**vars(s), "seconds": round(t, 6), "predicted": round(model.seconds(s), 6)} for s, t in zip(shapes, seconds)]
     return StepCostModel(model.coefficients, model.machine, model.engine, {**model.fit, "steps": samples})

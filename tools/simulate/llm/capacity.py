@@ -38,6 +38,12 @@ from tools.simulate.llm.step_cost import StepCostModel
 log = logging.getLogger("plan.llm")
 
 SIGNAL_SHARE = 0.8  # the scaling threshold is read at this share of one replica's capacity
+# The server's gauges (llm/metrics.py, vLLM's names) for each signal.
+SIGNAL_METRICS = {
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "waiting_requests": "vllm:num_requests_waiting",
+    "running_sequences": "vllm:num_requests_running",
+}
 
 
 @dataclass(frozen=True)
@@ -150,10 +156,15 @@ def run_plan(args: argparse.Namespace) -> int:
         f"  KV memory per replica: {plan.kv_bytes_used_peak / mib:.0f} MiB used at peak at capacity, "
         f"{plan.kv_bytes_configured / mib:.0f} MiB preallocated (kv_cache_bytes)"
     )
-    print(f"  scale on {plan.signal} above {plan.threshold:g} (its mean at {SIGNAL_SHARE:.0%} of one replica's capacity)")
+    print(
+        f"  scale on {plan.signal} ({SIGNAL_METRICS[plan.signal]}) above {plan.threshold:g}"
+        f" (its mean at {SIGNAL_SHARE:.0%} of one replica's capacity)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rate": args.rate, "slo": vars(slo), **plan.to_dict()}, indent=1))
+        args.json.write_text(
+            json.dumps({"rate": args.rate, "slo": vars(slo), **plan.to_dict(), "metric": SIGNAL_METRICS[plan.signal]}, indent=1)
+        )
     return 0
 
 

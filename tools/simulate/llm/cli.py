@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import time
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dtype", default="float32")
     c.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default, as the server)")
     c.add_argument("--quick", action="store_true", help="fewer shapes and rounds (about a minute)")
+    c.add_argument(
+        "--statistic", choices=("median", "min"), default="median", help="a shape's time over its rounds (default median: the typical step)"
+    )
     c.add_argument("--out", type=Path, default=DEFAULT_COST_MODEL)
     add_verbosity_flags(c)
 
@@ -118,7 +122,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from tools.simulate.llm.calibrate import Design, measure
 
     started = time.perf_counter()
-    model = measure(args.checkpoint, Design.quick() if args.quick else Design(), args.dtype, args.threads)
+    design = dataclasses.replace(Design.quick() if args.quick else Design(), statistic=args.statistic)
+    model = measure(args.checkpoint, design, args.dtype, args.threads)
     model.save(args.out)
     print(
         f"{model.describe()}\n  fit over {model.fit['samples']} shapes: median error {model.fit['median_rel_error']:.1%}, "

@@ -55,8 +55,10 @@ class LiveServer:
         self.control.load(self.model, config)
         log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), time.monotonic() - started)
 
+    last_load_average: float | None = None  # the machine's 1-minute load when the last level started
+
     def measure(self, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan, slo: Slo) -> LevelFigures:
-        records, duration = asyncio.run(_drive(self.grpc_url, self.model, requests, schedule, level))
+        records, duration, self.last_load_average = asyncio.run(_drive(self.grpc_url, self.model, requests, schedule, level))
         return LevelFigures.of(records, duration, slo)
 
 
@@ -74,14 +76,14 @@ def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
 
 async def _drive(
     grpc_url: str, model: str, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan
-) -> tuple[list[StreamRecord], float]:
+) -> tuple[list[StreamRecord], float, float | None]:
     client = TritonStreamClient(grpc_url, model)
     await client.open()
     try:
         warm = LlmRequest(-1, requests[0].prompt, requests[0].prompt_tokens, 4)
         await client.generate(warm, StreamRecord(-1, 0.0), time.perf_counter)  # not measured
         run = await LevelDriver(client, requests, level.seconds, level.drain_s, seed=level.seed).run(schedule)
-        return run.records, run.duration_s
+        return run.records, run.duration_s, run.load_average
     finally:
         await client.close()
 

@@ -86,6 +86,7 @@ def validate(
             "predicted": predicted.to_dict(),
             "measured": measured.as_dict(),
             "errors": compare(predicted.figures, measured),
+            "load_average": server.last_load_average,  # other processes' load slows the live engine, not the simulated one
         }
         log.info("%s: %s", case.label(), row["errors"])
         rows.append(row)

@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="step cost JSON, `calibrate` (a quick one now) or auto (build/simulate/llm-step-cost.json, else calibrate)",
     )
+    parser.add_argument(
+        "--calibrate-threads",
+        type=int,
+        default=0,
+        help="torch threads of a calibration run now (0: torch's default; 1 on a crowded machine)",
+    )
     parser.add_argument("--top", type=int, default=3, help="predicted best candidates measured live (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a smaller space, 20 s levels, the top 2: make tune-llm QUICK=1")
     parser.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 512))
@@ -62,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=None, help="sending time per measured level (default 40; quick 20)")
-    parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 20; quick 10)")
+    parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 40; quick 30)")
     parser.add_argument("--url", default=None, help="a running Triton in explicit model-control mode (default: start a local one)")
     parser.add_argument("--grpc-url", default=None)
     parser.add_argument("--admin-key", default=None)
@@ -77,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def choose_cost_model(option: str, quick: bool) -> tuple[StepCostModel, str]:
+def choose_cost_model(option: str, quick: bool, threads: int = 0) -> tuple[StepCostModel, str]:
     if option not in ("auto", "calibrate"):
         return StepCostModel.load(Path(option)), option
     if option == "auto" and DEFAULT_COST_MODEL.is_file():
@@ -85,7 +91,7 @@ def choose_cost_model(option: str, quick: bool) -> tuple[StepCostModel, str]:
     from tools.simulate.llm.calibrate import Design, measure
 
     log.info("calibrating the step cost model on this CPU (%s design)", "quick" if quick else "full")
-    model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design())
+    model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design(), threads=threads)
     model.save(DEFAULT_COST_MODEL)
     return model, f"calibrated now ({DEFAULT_COST_MODEL})"
 
@@ -130,11 +136,11 @@ def run_tune(args: argparse.Namespace) -> int:
     engine = engine_shape(engine_config)
     space = LlmSpace.quick() if args.quick else LlmSpace()
     level = LevelPlan(
-        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (10.0 if args.quick else 20.0), seed=args.seed
+        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
     )
     top = min(args.top, 2) if args.quick and args.top == 3 else args.top
     schedule = Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8)
-    cost, source = choose_cost_model(args.cost_model, args.quick)
+    cost, source = choose_cost_model(args.cost_model, args.quick, args.calibrate_threads)
     requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(load_tokenizer(args.tokenizer))
     shapes = shapes_of(requests)
     default = {key: base[key] for key in KNOBS if key in base}
@@ -179,6 +185,7 @@ def run_tune(args: argparse.Namespace) -> int:
                     "predicted": predicted.as_dict(),
                     "measured": measured.as_dict(),
                     "meets_slo": slo.met_by(measured),
+                    "load_average": server.last_load_average,
                 }
             )
             log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
