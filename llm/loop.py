@@ -82,6 +82,7 @@ class EngineLoop:
         self._cv = threading.Condition()
         self._inbox: deque[_Submission] = deque()
         self._cancels: set[str] = set()
+        self._limits: SchedulerConfig | None = None  # step limits to apply before the next step
         self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
         self._open: dict[int, _OpenRequest] = {}  # engine thread only
         self._next_seq_id = 0
@@ -117,6 +118,15 @@ class EngineLoop:
         with self._cv:
             self._cancels.add(request_id)
             self._cv.notify()
+
+    def update_config(self, **changes: float) -> SchedulerConfig:
+        """Change max_num_batched_tokens and/or max_wait_ms from the next step on, without a
+        reload: open streams keep running. Raises ValueError for another knob or a bad value."""
+        with self._cv:
+            config = Scheduler.with_step_limits(self._limits or self.config, **changes)
+            self._limits = self.config = config
+            self._cv.notify()
+        return config
 
     def snapshot(self) -> dict:
         """running, waiting, kv_blocks_used, kv_blocks_total, as of the last step (for gauges)."""
@@ -203,6 +213,9 @@ class EngineLoop:
             self._inbox.clear()
             cancels = set(self._cancels)
             self._cancels.clear()
+            limits, self._limits = self._limits, None
+        if limits is not None:
+            self.scheduler.set_step_limits(**{name: getattr(limits, name) for name in Scheduler.LIVE_KNOBS})
         for submission in submissions:
             seq = Sequence.from_request(self._next_seq_id, submission.request)
             self._next_seq_id += 1

@@ -23,6 +23,7 @@ does not expire.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -110,6 +111,29 @@ class Scheduler:
         self._key = order_key(config.policy)
         self._batch: set[int] = set()  # request and none modes: the members of the batch in flight
         self.max_batch = 1 if config.mode == "none" else config.max_num_seqs
+
+    LIVE_KNOBS = ("max_num_batched_tokens", "max_wait_ms")  # what set_step_limits may change
+
+    def set_step_limits(self, **changes: float) -> SchedulerConfig:
+        """Change the token budget and/or max-wait from the next `schedule` on (an adaptive
+        controller's live channel); the running and waiting sequences keep their place."""
+        self.config = self.with_step_limits(self.config, **changes)
+        return self.config
+
+    @classmethod
+    def with_step_limits(cls, config: SchedulerConfig, **changes: float) -> SchedulerConfig:
+        """`config` with new step limits, validated as the constructor validates them."""
+        unknown = set(changes) - set(cls.LIVE_KNOBS)
+        if unknown:
+            raise ValueError(f"only {', '.join(cls.LIVE_KNOBS)} change live, not {', '.join(sorted(unknown))}")
+        config = dataclasses.replace(config, **changes)
+        if config.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must not be negative, got {config.max_wait_ms:g}")
+        if config.max_num_batched_tokens < config.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least max_num_seqs ({config.max_num_seqs})"
+            )
+        return config
 
     # -- requests in and out ------------------------------------------------------------
 

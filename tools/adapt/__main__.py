@@ -10,11 +10,13 @@ config. Every decision is logged with its reason and figures. See docs/adapt.md.
 Examples:
   python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --admin-key-file key
   python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --dry-run -v
+  python -m tools.adapt --model llm simulate|live|bench ...   # the LLM (tools/adapt/llm_cli.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import signal
@@ -199,6 +201,11 @@ def write_decisions(path: Path | None, live: LiveController, start_delay_us: int
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--model=llm" in argv or any(a == "--model" and b == "llm" for a, b in itertools.pairwise(argv)):
+        from tools.adapt.llm_cli import run as run_llm  # the LLM's token budget and max-wait: tools/adapt/llm_*.py
+
+        return run_llm(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args)

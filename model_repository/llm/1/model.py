@@ -9,7 +9,9 @@ waiting queue is full or the request waited past its queue_timeout_ms, CANCELLED
 client went away). `response_sender.is_cancelled`
 is polled by the loop once per step, so a client that disconnects frees its KV blocks
 within a step. Knobs come from the config's `parameters` (llm/serving/knobs.py); the
-checkpoint and tokenizer files are the version folder's, written by `make export`.
+checkpoint and tokenizer files are the version folder's, written by `make export`. A request
+whose parameters carry `llm_control` (and the control key) changes the token budget or
+max-wait live instead of generating (llm/serving/control.py; tools.adapt --model llm uses it).
 """
 
 import itertools
@@ -25,6 +27,7 @@ from llm.contract import GenerationRequest, RequestOutput
 from llm.engine import LlamaExecutor
 from llm.loop import EngineLoop, QueueFullError
 from llm.metrics import LlmMetrics
+from llm.serving.control import ControlRefused, control_request, parse_control
 from llm.serving.knobs import parameters_from_json, parse_knobs
 from llm.serving.request import RETURN_FLAGS, ParsedRequest, RequestError, check_fits, parse_request
 from llm.serving.responses import Reply, ResponsePlan
@@ -82,6 +85,10 @@ class TritonPythonModel:
     def _submit(self, request, sender) -> None:
         arrival = time.monotonic()
         try:
+            parameters = json.loads(request.parameters() or "{}")
+            if control_request(parameters):
+                self._control(parameters, sender)  # a ValueError from it is answered below
+                return
             inputs = {name: _first(request, name) for name in ("text_input", *OPTIONAL_INPUTS)}
             parsed = parse_request(
                 {key: value for key, value in inputs.items() if value is not None},
@@ -98,6 +105,18 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(error=_error(str(exc), "INVALID_ARG")), flags=FINAL)
         except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
             sender.send(pb_utils.InferenceResponse(error=_error(f"cannot serve the request: {exc}", "INTERNAL")), flags=FINAL)
+
+    def _control(self, parameters: dict, sender) -> None:
+        """Apply a control request's step limits between steps; answer with the limits in force."""
+        try:
+            config = self.loop.update_config(**parse_control(parameters))
+        except ControlRefused as exc:
+            sender.send(pb_utils.InferenceResponse(error=_error(f"refused: {exc}", "INVALID_ARG")), flags=FINAL)
+            return
+        limits = {"max_num_batched_tokens": config.max_num_batched_tokens, "max_wait_ms": config.max_wait_ms}
+        pb_utils.Logger.log_info(f"llm: live control set {limits}")
+        text = np.array([json.dumps(limits).encode()], dtype=np.object_)
+        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]), flags=FINAL)
 
     def _responder(self, parsed: ParsedRequest, sender):
         plan = ResponsePlan(parsed)

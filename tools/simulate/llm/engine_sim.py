@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,7 +106,9 @@ class EngineSimulation:
         self.requests, self.seconds, self.drain_s = requests, seconds, drain_s
         self.overheads, self.seed = overheads, seed
 
-    def run(self, schedule: Schedule) -> SimResult:
+    def run(self, schedule: Schedule, on_step: Callable[[float, Scheduler, list[StreamRecord]], None] | None = None) -> SimResult:
+        """`on_step(end, scheduler, records)` after every step (tools.adapt's controller
+        observes and sets the scheduler's step limits there)."""
         scheduler = Scheduler(
             self.config, block_size=self.engine.block_size, num_blocks=self.engine.num_blocks, max_model_len=self.engine.max_model_len
         )
@@ -182,6 +184,8 @@ class EngineSimulation:
                     if item.stream is not None and done < self.seconds:
                         send(done, item.stream)
             now = end
+            if on_step is not None:
+                on_step(end, scheduler, records)
         for item in open_.values():
             item.record.outcome, item.record.message = CUT, f"still streaming {self.drain_s:g} s after the level's end"
         for _, index, _ in arrivals:
