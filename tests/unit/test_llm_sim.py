@@ -102,6 +102,16 @@ def test_a_token_budget_splits_a_long_prompt_into_chunks_one_step_each():
     assert result.steps == 5
 
 
+def test_requests_of_equal_length_never_share_prompt_blocks_so_each_pays_its_whole_prefill():
+    # 64-token prompts under prefix caching (on by default): the second request, sent when the
+    # first ends, still needs its 64-token prefill step (10 ms + 64 ms) before its first token.
+    cost = model(intercept=0.01, prefill=0.001)
+    result = simulate(SchedulerConfig(), [RequestShape(64, 1)], seconds=0.075, streams=1, cost=cost)
+    first, second = result.records[:2]
+    assert first.ttft_s == pytest.approx(0.074)
+    assert second.ttft_s == pytest.approx(0.074)
+
+
 def test_step_time_follows_the_cost_model_of_the_planned_shape():
     cost = model(intercept=0.001, prefill=0.001, decode=0.002)
     # prefill of 10 tokens: 1 + 10 = 11 ms; each decode: 1 + 2 = 3 ms

@@ -28,6 +28,14 @@ from tools.load.schedules import ClosedLoop
 from tools.simulate.llm.step_cost import StepCostModel, StepShape
 
 FILLER_TOKEN = 100  # token values do not change a step's cost
+FIRST_PROMPT_TOKEN = 1000  # each request's own first token (modulo PROMPT_TOKEN_SPAN)
+PROMPT_TOKEN_SPAN = 40_000
+
+
+def prompt_token_ids(index: int, length: int) -> list[int]:
+    """A prompt no other request shares a block with: the benchmark's prompts are distinct
+    texts, and with prefix caching on, equal prompts would skip their prefill in simulation."""
+    return [FIRST_PROMPT_TOKEN + index % PROMPT_TOKEN_SPAN] + [FILLER_TOKEN] * (length - 1)
 
 
 @dataclass(frozen=True)
@@ -138,7 +146,7 @@ class EngineSimulation:
                 shape = self.requests[index % len(self.requests)]
                 request = GenerationRequest(
                     str(index),
-                    [FILLER_TOKEN] * shape.prompt_tokens,
+                    prompt_token_ids(index, shape.prompt_tokens),
                     SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True),
                     records[index].sent_s + latency,
                 )
