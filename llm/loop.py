@@ -36,6 +36,7 @@ from llm.scheduler import Scheduler, Sequence, StepPlan
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.05  # while requests are open but no step can run, how often cancellation is polled
+WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests, round robin (running: all)
 
 
 class QueueFullError(RuntimeError):
@@ -85,6 +86,7 @@ class EngineLoop:
         self._limits: SchedulerConfig | None = None  # step limits to apply before the next step
         self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
         self._open: dict[int, _OpenRequest] = {}  # engine thread only
+        self._waiting_poll_cursor = 0  # engine thread only: where the next round of waiting polls starts
         self._next_seq_id = 0
         self._stopping = False
         self._stopped = False
@@ -232,9 +234,22 @@ class EngineLoop:
                 self._finish(request, "abort")
 
     def _poll_cancellations(self) -> None:
-        for request in list(self._open.values()):
-            if request.is_cancelled is None:
-                continue
+        """Ask every running request, and `WAITING_POLLS_PER_STEP` waiting ones in turn, whether
+        its client went away. In Triton each `is_cancelled` is a round trip to the server
+        process; asking all of hundreds of waiting requests every step is what a flood of
+        streams turned into a stream of IPC calls that crashed the Python backend. A running
+        request holds blocks and a batch slot, so it is asked every step; a waiting one costs
+        nothing while it waits, so it is asked every few steps."""
+        running = {seq.seq_id for seq in self.scheduler.running}
+        watched = [request for request in self._open.values() if request.is_cancelled is not None]
+        waiting = [request for request in watched if request.seq.seq_id not in running]
+        polled = [request for request in watched if request.seq.seq_id in running]
+        if waiting:
+            start = self._waiting_poll_cursor % len(waiting)
+            count = min(WAITING_POLLS_PER_STEP, len(waiting))
+            polled += [waiting[(start + i) % len(waiting)] for i in range(count)]
+            self._waiting_poll_cursor = start + count
+        for request in polled:
             try:
                 cancelled = request.is_cancelled()
             except Exception as exc:

@@ -29,6 +29,30 @@ class LayerWeights:
     down: torch.Tensor
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where visible, -inf elsewhere: what SDPA turns a bool mask into on every call, made once
+    per step instead of once per layer."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
+class GatherBuffer:
+    """The reused output of a per-layer block gather. A fresh multi-megabyte tensor per layer is
+    a fresh mapping on the CPU (page faults on every touch); one buffer, grown when a step needs
+    more, is written in place."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+
+    def gather(self, blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """`blocks[index]` for a flat index, into the buffer (valid until the next gather)."""
+        shape = (index.numel(), *blocks.shape[1:])
+        size = index.numel() * blocks[0].numel()
+        buffer = self._buffer
+        if buffer is None or buffer.numel() < size or buffer.dtype != blocks.dtype or buffer.device != blocks.device:
+            buffer = self._buffer = torch.empty(size, dtype=blocks.dtype, device=blocks.device)
+        return torch.index_select(blocks, 0, index, out=buffer[:size].view(shape))
+
+
 def rope_tables(dims: LlamaDims, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sign-folded sin [length, head_dim] (HF's rotate_half convention), so rotating
     is x * cos + swap_halves(x) * sin with no negation per step."""
@@ -71,6 +95,7 @@ class LlamaModel:
         ]
         cos, sin = rope_tables(dims, max_len, device)
         self.cos, self.sin = cos.to(dtype), sin.to(dtype)
+        self._keys, self._values = GatherBuffer(), GatherBuffer()  # one engine thread runs forward()
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.dims.rms_norm_eps).to(self.dtype)
@@ -84,6 +109,8 @@ class LlamaModel:
         qk_heads = heads + kv_heads
         cos, sin = self.cos[plan.positions][:, None, :], self.sin[plan.positions][:, None, :]
         x = self.embed[plan.token_ids].float()
+        decode_bias = None if plan.decode_mask is None else additive_mask(plan.decode_mask, self.dtype)
+        span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
         for index, layer in enumerate(self.layers):
             qkv = F.linear(self._rms_norm(x, layer.attn_norm), layer.qkv)
             qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
@@ -99,21 +126,21 @@ class LlamaModel:
             if num_decode:
                 # One query per sequence: its `group` query heads that share a KV head act as
                 # `group` query rows of that head, so GQA needs no key expansion.
-                keys = k_blocks[plan.decode_blocks].view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
-                values = v_blocks[plan.decode_blocks].view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
+                keys = self._keys.gather(k_blocks, plan.decode_blocks).view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
+                values = self._values.gather(v_blocks, plan.decode_blocks).view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
                 queries = q[:num_decode].reshape(num_decode, kv_heads, group, head_dim)
-                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.decode_mask)
+                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=decode_bias)
                 attn[:num_decode] = out.reshape(num_decode, heads, head_dim)
-            for span in plan.prefills:
+            for span, bias in zip(plan.prefills, span_bias):
                 queries = q[span.lo : span.hi].transpose(0, 1)[None]
                 if span.blocks is None:
                     keys = k[span.lo : span.hi].transpose(0, 1)[None]
                     values = v[span.lo : span.hi].transpose(0, 1)[None]
                     out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=True)
                 else:
-                    keys = k_blocks[span.blocks].view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
-                    values = v_blocks[span.blocks].view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
-                    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=span.mask, enable_gqa=True)
+                    keys = self._keys.gather(k_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
+                    values = self._values.gather(v_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
+                    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, enable_gqa=True)
                 attn[span.lo : span.hi] = out[0].transpose(0, 1)
             x = x + F.linear(attn.view(rows, heads * head_dim), layer.o).float()
 

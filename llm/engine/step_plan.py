@@ -34,7 +34,7 @@ class StepPlan:
     positions: torch.Tensor  # [T]
     slots: torch.Tensor  # [T] where each token's K and V are written (block * block_size + offset)
     num_decode: int  # rows [0, num_decode) are single-token chunks
-    decode_blocks: torch.Tensor | None  # [D, max_blocks] block tables padded with block 0
+    decode_blocks: torch.Tensor | None  # [D * max_blocks] block tables padded with block 0, flat (one index_select per layer)
     decode_mask: torch.Tensor | None  # [D, 1, 1, max_blocks * block_size] bool: key position < context length
     prefills: tuple[PrefillSpan, ...]
     sample_rows: torch.Tensor  # [S] row of the last token of each sample=True chunk, in chunk order
@@ -81,7 +81,7 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
         lengths = [chunks[i].start_position + 1 for i in decodes]
         width = -(-max(lengths) // block_size)
         table = [list(chunks[i].block_table[:width]) + [0] * (width - len(chunks[i].block_table[:width])) for i in decodes]
-        decode_blocks = torch.tensor(table, dtype=torch.long)
+        decode_blocks = torch.tensor(table, dtype=torch.long).view(-1)
         keys = torch.arange(width * block_size)
         decode_mask = (keys[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
 
