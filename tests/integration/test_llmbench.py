@@ -10,7 +10,7 @@ import pytest
 
 from tools.llmbench.__main__ import DEFAULT_LLAMA_SERVER, run
 from tools.llmbench.targets import MODEL
-from tools.llmbench.workload import gguf_path
+from tools.load.llm.workload import gguf_path
 from tools.repo.model_config import ModelConfig
 
 pytestmark = pytest.mark.integration

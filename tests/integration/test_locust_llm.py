@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.verdict import LLM_ITL_SLO_MS, LLM_TTFT_SLO_MS
-from tools.llmbench.figures import Slo
+from tools.load.llm.figures import Slo
 from tools.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from tests.integration.llm_streams import LlmStream, generate, grpc_inputs
 from tests.ops.conftest import K8S_DIR, MONITORING_DIR
 from tests.ops.prometheus_server import PROMETHEUS_DIR, query, running_prometheus, wait_for_data
 from tests.ops.test_prometheus import VARIABLES, as_grafana_sends_all, panel_queries
-from tools.llmbench.figures import Slo
+from tools.load.llm.figures import Slo
 
 LLM_DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-llm.json"
 LLM_GROUPS = ("llm-recording", "llm-alerts")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llm.contract import ScheduledChunk, SchedulerConfig
-from tools.llmbench.figures import Slo
+from tools.load.llm.figures import Slo
 from tools.load.schedules import ClosedLoop
 from tools.simulate.llm.engine_sim import EngineShape, EngineSimulation, Overheads, RequestShape, kv_bytes_per_token, num_blocks_for
 from tools.simulate.llm.step_cost import FEATURES, StepCostModel, StepShape

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llm.contract import SchedulerConfig
-from tools.llmbench.figures import LevelFigures
+from tools.load.llm.figures import LevelFigures
 from tools.simulate.llm.capacity import plan_capacity
 from tools.simulate.llm.engine_sim import EngineShape, RequestShape
 from tools.simulate.llm.predict import LevelPlan

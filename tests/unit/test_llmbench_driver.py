@@ -11,10 +11,10 @@ import aiohttp.web
 import numpy as np
 import pytest
 
-from tools.llmbench.clients import OpenAIStreamClient, StreamError
 from tools.llmbench.driver import LevelDriver
-from tools.llmbench.records import CUT, StreamRecord
-from tools.llmbench.workload import LlmRequest
+from tools.load.llm.clients import OpenAIStreamClient, StreamError
+from tools.load.llm.records import CUT, StreamRecord
+from tools.load.llm.workload import LlmRequest
 from tools.load.schedules import ClosedLoop, Poisson
 
 REQUESTS = [LlmRequest(i, f"Request {i}. hello", 3, max_tokens=2 + i % 3) for i in range(7)]

@@ -26,13 +26,13 @@ from datetime import datetime
 from pathlib import Path
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.llmbench.clients import StreamClient
 from tools.llmbench.driver import LevelDriver, Schedule, level_label
-from tools.llmbench.figures import LevelFigures, Slo
-from tools.llmbench.records import StreamRecord
 from tools.llmbench.report import write_report
 from tools.llmbench.targets import LLAMA_SERVER, MODEL, MODES, LlamaServerTarget, ModeTarget, Target, check_model_control
-from tools.llmbench.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths
+from tools.load.llm.clients import StreamClient
+from tools.load.llm.figures import LevelFigures, Slo
+from tools.load.llm.records import StreamRecord
+from tools.load.llm.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT

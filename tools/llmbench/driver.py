@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.llmbench.clients import StreamClient
-from tools.llmbench.records import CUT, StreamRecord
-from tools.llmbench.workload import LlmRequest
+from tools.load.llm.clients import StreamClient
+from tools.load.llm.records import CUT, StreamRecord
+from tools.load.llm.workload import LlmRequest
 from tools.load.outcomes import classify_exception
 from tools.load.schedules import ClosedLoop, Poisson
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.contract import LLM_MODEL
-from tools.llmbench.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
+from tools.load.llm.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
 from tools.paths import BUILD_DIR
 from tools.serve.process_group import stop_process_group
 from tools.triton_client import TritonClient, TritonError

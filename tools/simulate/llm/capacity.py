@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.llmbench.workload import LengthRange
+from tools.load.llm.workload import LengthRange
 from tools.load.schedules import Poisson
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
 from tools.simulate.llm.engine_sim import EngineShape, RequestShape, kv_bytes_per_token

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.llmbench.figures import Slo
-from tools.llmbench.workload import LengthRange
+from tools.load.llm.figures import Slo
+from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.engine_sim import Overheads
@@ -154,7 +154,7 @@ def _levels(concurrency: str, rates: str) -> list:
 def run_validate(args: argparse.Namespace) -> int:
     from llm.serving.knobs import parameters_from_pbtxt
     from tools.llmbench.__main__ import load_tokenizer
-    from tools.llmbench.workload import Workload
+    from tools.load.llm.workload import Workload
     from tools.simulate.llm.live import live_server
     from tools.simulate.llm.validate import ValidationCase, validate
 

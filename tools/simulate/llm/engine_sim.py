@@ -22,8 +22,8 @@ from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
 from llm.scheduler import Scheduler
 from llm.scheduler import Sequence as SchedSequence
 from tools.llmbench.driver import Schedule
-from tools.llmbench.figures import LevelFigures, Slo
-from tools.llmbench.records import CUT, StreamRecord
+from tools.load.llm.figures import LevelFigures, Slo
+from tools.load.llm.records import CUT, StreamRecord
 from tools.load.schedules import ClosedLoop
 from tools.simulate.llm.step_cost import StepCostModel, StepShape
 

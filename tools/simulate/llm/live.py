@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.contract import LLM_MODEL
-from tools.llmbench.clients import TritonStreamClient
 from tools.llmbench.driver import LevelDriver, Schedule
-from tools.llmbench.figures import LevelFigures, Slo
-from tools.llmbench.records import StreamRecord
-from tools.llmbench.workload import LlmRequest
+from tools.load.llm.clients import TritonStreamClient
+from tools.load.llm.figures import LevelFigures, Slo
+from tools.load.llm.records import StreamRecord
+from tools.load.llm.workload import LlmRequest
 from tools.paths import BUILD_DIR
 from tools.simulate.llm.predict import LevelPlan
 from tools.triton_client import TritonClient

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llm.contract import SchedulerConfig
 from tools.llmbench.driver import Schedule, level_label
-from tools.llmbench.figures import LevelFigures, Slo
+from tools.load.llm.figures import LevelFigures, Slo
 from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, EngineSimulation, Overheads, RequestShape
 from tools.simulate.llm.step_cost import StepCostModel
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from llm.contract import EngineConfig, SchedulerConfig
 from llm.serving.knobs import KNOWN, knobs_to_parameters, parameters_from_pbtxt, parse_knobs
-from tools.llmbench.workload import LengthRange, LlmRequest
+from tools.load.llm.workload import LengthRange, LlmRequest
 from tools.paths import MODEL_REPOSITORY
 from tools.simulate.llm.engine_sim import EngineShape, RequestShape, kv_bytes_per_token, num_blocks_for
 
@@ -59,7 +59,7 @@ def engine_shape(engine: EngineConfig, dims: Mapping | None = None) -> EngineSha
 
 
 def drawn_shapes(prompt_lengths: LengthRange, output_lengths: LengthRange, count: int, seed: int) -> list[RequestShape]:
-    """The lengths tools.llmbench.workload.Workload draws for the same seed (its prompts are then
+    """The lengths tools.load.llm.workload.Workload draws for the same seed (its prompts are then
     cut to the drawn count, give or take a token at the edge)."""
     rng = np.random.default_rng(seed)
     prompts = prompt_lengths.draw(rng, count)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tools.llmbench.figures import LevelFigures, Slo
+from tools.load.llm.figures import LevelFigures, Slo
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "": 1.0}
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tools.llmbench.driver import Schedule, level_label
-from tools.llmbench.figures import LevelFigures, Slo
-from tools.llmbench.workload import LlmRequest
+from tools.load.llm.figures import LevelFigures, Slo
+from tools.load.llm.workload import LlmRequest
 from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, Overheads
 from tools.simulate.llm.live import LiveServer
 from tools.simulate.llm.predict import LevelPlan, predict_level

@@ -23,8 +23,8 @@ from pathlib import Path
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.llmbench.driver import level_label
-from tools.llmbench.figures import LevelFigures
-from tools.llmbench.workload import LengthRange
+from tools.load.llm.figures import LevelFigures
+from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
@@ -127,7 +127,7 @@ def comparison_table(rows: list[dict]) -> str:
 def run_tune(args: argparse.Namespace) -> int:
     from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
     from tools.llmbench.__main__ import load_tokenizer
-    from tools.llmbench.workload import Workload
+    from tools.load.llm.workload import Workload
     from tools.simulate.llm.live import live_server
 
     started = time.monotonic()

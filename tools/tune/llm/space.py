@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from tools.llmbench.figures import LevelFigures
+from tools.load.llm.figures import LevelFigures
 from tools.simulate.llm.slo import LlmSlo
 
 
