@@ -10,7 +10,6 @@ One run on a shared machine: differences of a few points are noise.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -20,7 +19,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from tools.adapt.llm_control import LlmController, LlmLaw, LlmSetting
+from tools.adapt.llm_cli import BenchSettings
+from tools.adapt.llm_control import LlmController, LlmSetting
 from tools.adapt.llm_live import ControlChannel, MetricWindows, control_loop
 from tools.adapt.llm_report import row, table, write_json
 from tools.contract import LLM_MODEL
@@ -46,15 +46,15 @@ async def _replay(grpc_url: str, requests: list[LlmRequest], phase: Phase, deadl
         await client.close()
 
 
-def run_bench(args: argparse.Namespace, law: LlmLaw) -> int:
+def run_bench(settings: BenchSettings) -> int:
     from tools.ports import free_ports
     from tools.serve.local_triton import LocalTriton, ServerOptions
 
-    requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(
+    requests = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed).build(
         Tokenizer.from_file(MODEL_REPOSITORY / LLM_MODEL / "1" / "tokenizer.json")
     )
-    phase = Phase(Gamma(args.rate, args.burstiness), args.seconds)
-    slo = args.slo
+    phase = Phase(Gamma(settings.rate, settings.burstiness), settings.seconds)
+    law, slo = settings.control.law, settings.control.slo
     key = secrets.token_urlsafe(24)
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, model_control_mode="explicit", load_models=(LLM_MODEL,))
@@ -66,10 +66,10 @@ def run_bench(args: argparse.Namespace, law: LlmLaw) -> int:
         with LocalTriton(options, log_path=Path(BUILD_DIR) / f"triton-adapt-llm-{http}.log").start():
             channel = ControlChannel(options.grpc_url, key)
             try:
-                for budget in args.budgets:
+                for budget in settings.budgets:
                     setting = LlmSetting(budget, 0.0)
                     channel.set(**asdict(setting))
-                    run = asyncio.run(_replay(options.grpc_url, requests, phase, args.deadline, args.seed))
+                    run = asyncio.run(_replay(options.grpc_url, requests, phase, settings.deadline_s, settings.seed))
                     label = f"static budget {budget}, max-wait {setting.max_wait_ms:g} ms"
                     rows.append(row(label, LevelFigures.of(run.records, run.duration_s, slo), final=setting))
                     log.info("%s: %s", label, rows[-1]["figures"])
@@ -79,10 +79,10 @@ def run_bench(args: argparse.Namespace, law: LlmLaw) -> int:
                 windows = MetricWindows(options.metrics_url)
                 result: list = []
                 thread = threading.Thread(
-                    target=lambda: result.extend(control_loop(controller, channel, windows, args.window, stop)), daemon=True
+                    target=lambda: result.extend(control_loop(controller, channel, windows, settings.control.window_s, stop)), daemon=True
                 )
                 thread.start()
-                run = asyncio.run(_replay(options.grpc_url, requests, phase, args.deadline, args.seed))
+                run = asyncio.run(_replay(options.grpc_url, requests, phase, settings.deadline_s, settings.seed))
                 stop.set()
                 thread.join(30)
                 decisions = result
@@ -96,8 +96,7 @@ def run_bench(args: argparse.Namespace, law: LlmLaw) -> int:
             os.environ.pop("LLM_CONTROL_KEY", None)
         else:
             os.environ["LLM_CONTROL_KEY"] = previous
-    title = f"live: gamma {args.rate:g} req/s, burstiness {args.burstiness:g}, {args.seconds:g} s; SLO {args.slo.describe()}"
+    title = f"live: gamma {settings.rate:g} req/s, burstiness {settings.burstiness:g}, {settings.seconds:g} s; SLO {slo.describe()}"
     print(table(rows, title))
-    arguments = {k: v if isinstance(v, int | float | list) else str(v) for k, v in vars(args).items()}
-    write_json(args.json, {"rows": rows, "decisions": [d.to_dict() for d in decisions], "args": arguments})
+    write_json(settings.json, {"rows": rows, "decisions": [d.to_dict() for d in decisions], "args": settings.command_line})
     return 0

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tools.cli.arguments import parse_checked
+from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags
 from tools.contract import LLM_MODEL
 from tools.load.driver import run_until_complete
@@ -291,27 +291,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    for option, value in (
-        ("--duration", args.duration),
-        ("--rate", args.rate),
-        ("--window", args.window),
-        ("--max-tokens", args.max_tokens),
-    ):
-        if not 0 < value < math.inf:
-            raise ValueError(f"{option} must be a number above 0, got {value:g}")
+@dataclass(frozen=True)
+class SoakCommand:
+    """The command line: the soak's settings and where its report goes."""
+
+    soak: SoakSettings
+    output: Path
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> SoakCommand:
+        """Refuse out-of-range options before the server starts (ValueError names the option)."""
+        for option, value in (
+            ("--duration", args.duration),
+            ("--rate", args.rate),
+            ("--window", args.window),
+            ("--max-tokens", args.max_tokens),
+        ):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{option} must be a number above 0, got {value:g}")
+        soak = SoakSettings(
+            duration_s=args.duration,
+            rate=args.rate,
+            window_s=args.window,
+            max_tokens=args.max_tokens,
+            memory_threshold_mb=args.memory_threshold_mb,
+        )
+        return cls(soak, args.output)
 
 
 def run(argv: list[str] | None = None) -> int:
-    args = parse_checked(build_parser(), argv, check_arguments)
-    settings = SoakSettings(
-        duration_s=args.duration,
-        rate=args.rate,
-        window_s=args.window,
-        max_tokens=args.max_tokens,
-        memory_threshold_mb=args.memory_threshold_mb,
-    )
-    args.output.mkdir(parents=True, exist_ok=True)
+    command = parse_settings(build_parser(), argv, SoakCommand.from_cli_args)
+    settings, output = command.soak, command.output
+    output.mkdir(parents=True, exist_ok=True)
     http, grpc, metrics, gateway_port = free_ports(4)
     options = ServerOptions(
         http_port=http,
@@ -322,19 +333,19 @@ def run(argv: list[str] | None = None) -> int:
         model_control_mode="explicit",
         load_models=(LLM_MODEL,),
     )
-    with LocalTriton(options, log_path=args.output / "triton.log").start() as server:
+    with LocalTriton(options, log_path=output / "triton.log").start() as server:
         server.client.load(LLM_MODEL, soak_config(server.client))
         gateway = GatewayProcess(
             options.grpc_url,
             port=gateway_port,
             extra_args=("--llm-max-streams", str(settings.gateway_streams)),
-            log_path=args.output / "gateway.log",
+            log_path=output / "gateway.log",
         )
         with gateway.start():  # live; its /health is the embedding model's, which this server does not load
             targets = Targets(options.grpc_url, options.http_url, options.metrics_url, gateway.url, server.pid, gateway.process.pid)
             log.info("soaking for %g s at %g req/s; a progress line every %g s", settings.duration_s, settings.rate, settings.window_s)
             report = run_llm_soak(targets, settings)
-    path = write_report(report, args.output)
+    path = write_report(report, output)
     print(report.summary())
     print(f"report: {path}")
     return 0 if report.passed else 1

@@ -21,11 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.cli.arguments import parse_settings
 from tools.cli.exit_status import run_reporting_errors
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags
+from tools.cli.settings import settings_from
 from tools.load.llm.workload import LengthRange
 from tools.load.schedules import Poisson
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
@@ -132,18 +135,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_plan(args: argparse.Namespace) -> int:
-    slo = LlmSlo.parse(args.slo)
-    cost = StepCostModel.load(args.cost_model)
-    config, engine_config = read_knobs(args.config, args.overrides)
+@dataclass(frozen=True)
+class CapacitySettings:
+    """The command line as typed values; build_parser()'s options, checked."""
+
+    rate: float  # target requests/s over every replica (Poisson)
+    slo: LlmSlo
+    headroom: float  # extra share of the rate each plan must carry
+    cost_model: Path
+    config: Path
+    overrides: dict[str, str]  # knob overrides (--set)
+    prompt_lengths: LengthRange
+    output_lengths: LengthRange
+    requests: int
+    seconds: float  # simulated seconds per level
+    seed: int
+    json: Path | None
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> CapacitySettings:
+        """ValueError names the option it refuses."""
+        try:
+            slo = LlmSlo.parse(args.slo)
+        except ValueError as exc:
+            raise ValueError(f"--slo: {exc}") from None
+        if not 0 < args.rate < math.inf:
+            raise ValueError(f"--rate must be a number of requests/s above 0, got {args.rate:g}")
+        if not 0 <= args.headroom < math.inf:
+            raise ValueError(f"--headroom must be a share of at least 0, got {args.headroom:g}")
+        if not 0 < args.seconds < math.inf:
+            raise ValueError(f"--seconds must be a number above 0, got {args.seconds:g}")
+        if args.requests < 1:
+            raise ValueError(f"--requests must be at least 1, got {args.requests}")
+        return settings_from(cls, args, slo=slo)
+
+
+def run_plan(settings: CapacitySettings) -> int:
+    slo = settings.slo
+    cost = StepCostModel.load(settings.cost_model)
+    config, engine_config = read_knobs(settings.config, settings.overrides)
     engine = engine_shape(engine_config)
     per_block = kv_bytes_per_token(checkpoint_dims(), DTYPE_BYTES[engine_config.dtype]) * engine.block_size
-    shapes = drawn_shapes(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
-    level = LevelPlan(seconds=args.seconds, drain_s=args.seconds, seed=args.seed)
-    plan = plan_capacity(cost, config, engine, shapes, args.rate, slo, level, args.headroom, bytes_per_block=per_block)
+    shapes = drawn_shapes(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
+    level = LevelPlan(seconds=settings.seconds, drain_s=settings.seconds, seed=settings.seed)
+    plan = plan_capacity(cost, config, engine, shapes, settings.rate, slo, level, settings.headroom, bytes_per_block=per_block)
     f = plan.at_target
     mib = 2**20
-    print(f"{args.rate:g} req/s, {slo.describe()}, headroom {args.headroom:.0%}; cost model: {cost.machine.get('model', '?')}")
+    print(f"{settings.rate:g} req/s, {slo.describe()}, headroom {settings.headroom:.0%}; cost model: {cost.machine.get('model', '?')}")
     print(
         f"  replicas: {plan.replicas} ({plan.per_replica_rate:g} req/s each;"
         f" one replica meets the SLO up to {plan.replica_capacity_rps:g} req/s)"
@@ -160,15 +198,14 @@ def run_plan(args: argparse.Namespace) -> int:
         f"  scale on {plan.signal} ({SIGNAL_METRICS[plan.signal]}) above {plan.threshold:g}"
         f" (its mean at {SIGNAL_SHARE:.0%} of one replica's capacity)"
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps({"rate": args.rate, "slo": vars(slo), **plan.to_dict(), "metric": SIGNAL_METRICS[plan.signal]}, indent=1)
+    if settings.json:
+        settings.json.parent.mkdir(parents=True, exist_ok=True)
+        settings.json.write_text(
+            json.dumps({"rate": settings.rate, "slo": vars(slo), **plan.to_dict(), "metric": SIGNAL_METRICS[plan.signal]}, indent=1)
         )
     return 0
 
 
 def run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args)
-    return run_reporting_errors(lambda: run_plan(args), log)
+    settings = parse_settings(build_parser(), argv, CapacitySettings.from_cli_args)
+    return run_reporting_errors(lambda: run_plan(settings), log)

@@ -16,12 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from tools.cli.arguments import parse_settings
 from tools.cli.exit_status import run_reporting_errors
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.cli.logsetup import add_verbosity_flags
+from tools.cli.settings import settings_from
 from tools.llmbench.driver import level_label
 from tools.load.llm.figures import LevelFigures
 from tools.load.llm.workload import LengthRange
@@ -124,27 +128,70 @@ def comparison_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_tune(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class LlmTuneSettings:
+    """The command line as typed values, with --quick's defaults resolved."""
+
+    slo: LlmSlo
+    schedule: ClosedLoop | Poisson  # the load tuned for: --rate's Poisson, else --concurrency's closed loop
+    level: LevelPlan  # sending and drain time per measured level, and its seed
+    config: Path  # the llm config.pbtxt: base of every candidate
+    cost_model: str  # a step cost JSON, `calibrate` or `auto`
+    calibrate_threads: int
+    top: int  # predicted best candidates measured live
+    quick: bool
+    prompt_lengths: LengthRange
+    output_lengths: LengthRange
+    requests: int
+    seed: int
+    url: str | None  # a running Triton, or None to start a local one
+    grpc_url: str | None
+    admin_key: str | None
+    tokenizer: Path
+    report_dir: Path
+    simulate_only: bool
+    winner_output: Path | None  # where the winner's config is written: --output, else --config with --apply
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> LlmTuneSettings:
+        """ValueError names the option it refuses."""
+        if args.concurrency is not None and args.concurrency < 1:
+            raise ValueError(f"--concurrency must be at least 1, got {args.concurrency}")
+        if args.rate is not None and not 0 < args.rate < math.inf:
+            raise ValueError(f"--rate must be a number of requests/s above 0, got {args.rate:g}")
+        if args.requests < 1:
+            raise ValueError(f"--requests must be at least 1, got {args.requests}")
+        level = LevelPlan(
+            seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
+        )
+        return settings_from(
+            cls,
+            args,
+            schedule=Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8),
+            level=level,
+            top=min(args.top, 2) if args.quick and args.top == 3 else args.top,
+            winner_output=args.output or (args.config if args.apply else None),
+        )
+
+
+def run_tune(settings: LlmTuneSettings) -> int:
     from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
     from tools.llmbench.__main__ import load_tokenizer
     from tools.load.llm.workload import Workload
     from tools.simulate.llm.live import live_server
 
     started = time.monotonic()
-    base = parameters_from_pbtxt(args.config)
+    base = parameters_from_pbtxt(settings.config)
     _, engine_config = parse_knobs(base)
     engine = engine_shape(engine_config)
-    space = LlmSpace.quick() if args.quick else LlmSpace()
-    level = LevelPlan(
-        seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
-    )
-    top = min(args.top, 2) if args.quick and args.top == 3 else args.top
-    schedule = Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8)
-    cost, source = choose_cost_model(args.cost_model, args.quick, args.calibrate_threads)
-    requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(load_tokenizer(args.tokenizer))
+    space = LlmSpace.quick() if settings.quick else LlmSpace()
+    level, top, schedule = settings.level, settings.top, settings.schedule
+    cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads)
+    workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
+    requests = workload.build(load_tokenizer(settings.tokenizer))
     shapes = shapes_of(requests)
     default = {key: base[key] for key in KNOBS if key in base}
-    slo, per_request = args.slo, args.slo.per_request()
+    slo, per_request = settings.slo, settings.slo.per_request()
 
     simulated = []
     for parameters in [default, *space.candidates()]:
@@ -163,7 +210,7 @@ def run_tune(args: argparse.Namespace) -> int:
             chosen.append((parameters, figures, f"top {len(chosen) + 1}"))
             seen.append(figures)
     chosen.append((default, simulated[0][1], "config"))
-    if args.simulate_only:
+    if settings.simulate_only:
         rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
         print(f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(schedule)}; SLO {slo.describe()}")
         print(comparison_table(rows))
@@ -173,7 +220,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
     engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
     rows = []
-    with live_server(args.url, args.grpc_url, args.admin_key) as server:
+    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
         for parameters, predicted, role in chosen:
             server.apply({**base, **engine_knobs, **parameters})
             measured = server.measure(requests, schedule, level, per_request)
@@ -196,7 +243,7 @@ def run_tune(args: argparse.Namespace) -> int:
     )
     print(comparison_table(rows))
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
-    args.report_dir.mkdir(parents=True, exist_ok=True)
+    settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
         "slo": vars(slo),
         "level": {"schedule": level_label(schedule), **vars(level)},
@@ -209,15 +256,14 @@ def run_tune(args: argparse.Namespace) -> int:
         "measured": rows,
         "winner": best["parameters"],
     }
-    (args.report_dir / "tune-llm.json").write_text(json.dumps(report, indent=1))
-    target = args.output or (args.config if args.apply else None)
+    (settings.report_dir / "tune-llm.json").write_text(json.dumps(report, indent=1))
+    target = settings.winner_output
     if target is not None:
-        write_winner(args.config, best["parameters"], target)
+        write_winner(settings.config, best["parameters"], target)
         print(f"wrote the winner's parameters into {target}")
     return 0
 
 
 def run(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args)
-    return run_reporting_errors(lambda: run_tune(args), log)
+    settings = parse_settings(build_parser(), argv, LlmTuneSettings.from_cli_args)
+    return run_reporting_errors(lambda: run_tune(settings), log)
