@@ -277,21 +277,22 @@ def test_past_its_stream_limit_the_gateway_refuses_with_429_until_a_stream_ends(
     assert after.status_code == 200, after.text
 
 
-# ---- docs/gateway.md's LLM examples (```bash blocks), run against the test gateway ----
+# ---- the README's and docs/gateway.md's LLM examples (```bash blocks), run against the test gateway ----
 
 
-def llm_curl_examples() -> list[str]:
-    text = (REPO_ROOT / "docs" / "gateway.md").read_text()
+def llm_curl_examples(page: str = "docs/gateway.md") -> list[str]:
+    text = (REPO_ROOT / page).read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
-    return [line for block in blocks for line in block.splitlines() if line.startswith("curl ") and "completions" in line]
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("curl ") and "completions" in line]
 
 
 def test_the_gateway_page_shows_curl_examples_for_both_llm_routes() -> None:
     examples = llm_curl_examples()
     assert any("/v1/completions" in line for line in examples) and any("/v1/chat/completions" in line for line in examples)
+    assert any("/v1/chat/completions" in line for line in llm_curl_examples("README.md"))
 
 
-@pytest.mark.parametrize("command", llm_curl_examples())
+@pytest.mark.parametrize("command", llm_curl_examples() + llm_curl_examples("README.md"))
 def test_curl_example_answers_in_openais_shape(command: str, llm_gateway) -> None:
     command = re.sub(r"(localhost|127\.0\.0\.1):8080\b", rf"\g<1>:{llm_gateway.port}", command)
     result = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=300)

@@ -41,7 +41,8 @@ def test_readme_shows_client_commands() -> None:
 
 
 def embedding_commands() -> list[str]:
-    return [command for command in client_commands() if "/models/llm/" not in command]
+    """Triton's own endpoints; the gateway's (:8080) run in test_gateway_llm.py."""
+    return [command for command in client_commands() if "/models/llm/" not in command and ":8080/" not in command]
 
 
 @pytest.mark.parametrize("command", embedding_commands())
