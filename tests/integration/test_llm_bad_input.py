@@ -25,7 +25,7 @@ BAD = [
     ("sampling not JSON", "Hi", "{max_tokens: 3", "sampling_parameters is not valid JSON"),
     ("sampling not an object", "Hi", "[3]", "sampling_parameters must be a JSON object"),
     ("unknown key", "Hi", {"max_token": 3}, "unknown key(s) max_token"),
-    ("wrong type", "Hi", {"max_tokens": "3"}, "max_tokens must be an integer"),
+    ("wrong type", "Hi", {"max_tokens": "three"}, "max_tokens must be an integer"),
     ("wrong type of flag", "Hi", {"ignore_eos": "yes"}, "ignore_eos must be true or false"),
     ("negative temperature", "Hi", {"temperature": -0.5}, "temperature must be >= 0"),
     ("top_p zero", "Hi", {"top_p": 0}, "top_p must be in (0, 1]"),
