@@ -61,6 +61,7 @@ class TritonEmbedder:
         self.client = grpcclient.InferenceServerClient(url)
         self._info: ModelInfo | None = None
         self._info_lock = asyncio.Lock()
+        self._left_running: set[asyncio.Task] = set()  # chunks of failed calls, ending by their deadline
 
     async def close(self) -> None:
         await self.client.close()
@@ -134,7 +135,10 @@ class TritonEmbedder:
 
     async def embed(self, texts: Sequence[bytes], priority: int, timeout_s: float) -> np.ndarray:
         """[len(texts), d] float32, in input order; chunks of max_batch_size sent concurrently.
-        The first failing chunk fails the call and cancels the others."""
+        The first failing chunk fails the call at once. The other chunks are left to end by
+        themselves (each carries the call's deadline) rather than cancelled: cancelling a gRPC
+        call races Triton 2.51's completion of it, a known server crash (triton-inference-server
+        issues 7368 and 8034, fixed in 2.53); only a client that went away cancels them."""
         deadline = time.monotonic() + timeout_s
         info = await self.info()
         tasks = [
@@ -143,12 +147,20 @@ class TritonEmbedder:
         for task in tasks:  # a chunk failing after the first failure is not "never retrieved"
             task.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            parts = await asyncio.wait_for(asyncio.gather(*tasks), max(0.0, deadline - time.monotonic()) + 1.0)
-        except asyncio.TimeoutError:
-            raise APIError(504, f"the embedding request took longer than {timeout_s:g} s", "timeout", None, "timeout") from None
-        finally:
+            _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()) + 1.0, return_when=asyncio.FIRST_EXCEPTION)
+        except BaseException:  # the client went away: nobody waits for these chunks
             for task in tasks:
                 task.cancel()
+            raise
+        self._left_running.update(pending)
+        for task in pending:
+            task.add_done_callback(self._left_running.discard)
+        failed = next((task.exception() for task in tasks if task.done() and task.exception() is not None), None)
+        if failed is not None:
+            raise failed
+        if pending:
+            raise APIError(504, f"the embedding request took longer than {timeout_s:g} s", "timeout", None, "timeout")
+        parts = [task.result() for task in tasks]
         embeddings = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if embeddings.shape != (len(texts), info.dimensions):
             raise APIError(500, f"Triton answered shape {embeddings.shape} for {len(texts)} texts", "server_error", None, "triton_error")

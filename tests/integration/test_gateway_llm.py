@@ -264,11 +264,13 @@ def test_past_its_stream_limit_the_gateway_refuses_with_429_until_a_stream_ends(
     """--llm-max-streams 1: while one generation streams, the next is refused before Triton sees
     it; once the first client left, its slot is free again."""
     body = {"model": MODEL, "prompt": "Count from one to a thousand: one, two,", "max_tokens": 256, "temperature": 0, "stream": True}
+    body["ignore_eos"] = True  # the holder must still stream when the second request comes
     with start_gateway(llm_triton.options.grpc_url, tmp_path / "gateway.log", "--llm-max-streams", "1") as gateway:
         url = f"{gateway.url}/v1/completions"
         with httpx.Client(timeout=120) as http:
             with http.stream("POST", url, json=body) as holder:
-                assert next(line for line in holder.iter_lines() if line.startswith("data: ")), "precondition: one stream open"
+                lines = holder.iter_lines()  # kept: a closed line iterator closes the response, and the client is gone
+                assert next(line for line in lines if line.startswith("data: ")), "precondition: one stream open"
                 refused = http.post(url, json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
             assert wait_until(lambda: "gateway_llm_open_generations 0.0" in http.get(f"{gateway.url}/metrics").text)
             after = http.post(url, json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})

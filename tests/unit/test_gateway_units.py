@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import numpy as np
@@ -13,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 from gateway.errors import APIError, connection_dropped, from_triton
 from gateway.schema import EmbeddingRequest, parse_request, render_response
 from gateway.settings import GatewaySettings, SettingsError, keys_from, read_keys_file
-from gateway.triton import chunks, model_info
+from gateway.triton import ModelInfo, TritonEmbedder, chunks, model_info
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.model_config import load_config
 
@@ -109,3 +110,36 @@ def test_an_empty_string_is_refused_as_openai_does(value, param: str) -> None:
         parse_request({"model": "embed", "input": value}, "embed", 2048)
     assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_value")
     assert refused.value.body()["error"]["type"] == "invalid_request_error"
+
+
+class ChunksWithOneRefusal(TritonEmbedder):
+    """Two chunks of two texts: the first is refused at once, the second answers later."""
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1:1", "embed")
+        self.second_chunk_ended = asyncio.Event()
+
+    async def info(self) -> ModelInfo:
+        return ModelInfo("embed", "TEXT", "EMBEDDING", 3, 2)
+
+    async def _infer(self, info: ModelInfo, texts, priority: int, deadline: float) -> np.ndarray:
+        if texts[0] == b"first":
+            raise APIError(429, "Exceeds maximum queue size", "rate_limit_error", None, "queue_full")
+        await asyncio.sleep(0.05)
+        self.second_chunk_ended.set()
+        return np.zeros((len(texts), 3), dtype=np.float32)
+
+
+def test_a_refused_chunk_fails_the_call_at_once_and_leaves_the_other_chunks_uncancelled() -> None:
+    """Cancelling an in-flight gRPC call races Triton 2.51's completion of it (a server crash):
+    the other chunks end by themselves."""
+
+    async def scenario() -> None:
+        embedder = ChunksWithOneRefusal()
+        with pytest.raises(APIError, match="Exceeds maximum queue size"):
+            await embedder.embed([b"first", b"x", b"second", b"y"], priority=2, timeout_s=5.0)
+        assert not embedder.second_chunk_ended.is_set(), "the call did not wait for the other chunk"
+        await asyncio.wait_for(embedder.second_chunk_ended.wait(), 5.0)
+        await embedder.close()
+
+    asyncio.run(scenario())
