@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from tools.load.llm.clients import GenerateStreamClient, StreamClient, StreamError, TritonStreamClient, sse_events
+from tools.load.llm.clients import GenerateStreamClient, HttpStreamSession, StreamClient, StreamError, TritonStreamClient, sse_events
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest
 
@@ -86,26 +86,14 @@ class Outcome:
         return self.end_s - self.sent_s
 
 
-class ChatStreamClient:
-    """`POST /v1/chat/completions` with `stream: true` through the gateway (aiohttp, a new
-    connection per request, so closing it is the gateway's signal that the client left)."""
+class ChatStreamClient(HttpStreamSession):
+    """`POST /v1/chat/completions` with `stream: true` through the gateway (a new connection
+    per request, so closing it is the gateway's signal that the client left)."""
 
     name = "OpenAI /v1/chat/completions, stream: true (aiohttp)"
 
     def __init__(self, base_url: str, model: str = "llm") -> None:
-        self.url, self.model = f"{base_url.rstrip('/')}/v1/chat/completions", model
-        self._session = None
-
-    async def open(self) -> None:
-        import aiohttp
-
-        connector = aiohttp.TCPConnector(force_close=True, limit=0)
-        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        super().__init__(base_url, "/v1/chat/completions", model)
 
     def body(self, request: LlmRequest) -> dict:
         messages = [{"role": "user", "content": request.prompt}] if request.prompt else []

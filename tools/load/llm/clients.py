@@ -134,13 +134,26 @@ async def sse_events(response) -> AsyncIterator[bytes]:
             yield line[5:].strip()
 
 
-def _open_session():
-    """One aiohttp session with no connection reuse and no overall timeout (a stream lasts
-    as long as its answer; the load driver's deadline bounds it)."""
-    import aiohttp
+class HttpStreamSession:
+    """What every HTTP streaming client shares: one aiohttp session with no connection reuse
+    (closing a connection is a server's signal that its client left) and no overall timeout
+    (a stream lasts as long as its answer; the load driver's deadline bounds it)."""
 
-    connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    def __init__(self, base_url: str, path: str, model: str) -> None:
+        base = base_url if "://" in base_url else f"http://{base_url}"
+        self.url, self.model = f"{base.rstrip('/')}{path}", model
+        self._session = None
+
+    async def open(self) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 def _count(value: object) -> int:
@@ -151,21 +164,11 @@ def _count(value: object) -> int:
     return int(value)
 
 
-class GenerateStreamClient:
+class GenerateStreamClient(HttpStreamSession):
     name = "Triton /v2/models/<model>/generate_stream (SSE, aiohttp)"
 
     def __init__(self, http_url: str, model: str = "llm") -> None:
-        base = http_url if "://" in http_url else f"http://{http_url}"
-        self.url, self.model = f"{base.rstrip('/')}/v2/models/{model}/generate_stream", model
-        self._session = None
-
-    async def open(self) -> None:
-        self._session = _open_session()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        super().__init__(http_url, f"/v2/models/{model}/generate_stream", model)
 
     def body(self, request: LlmRequest) -> dict:
         return {
@@ -201,21 +204,11 @@ class GenerateStreamClient:
         raise StreamError("the stream ended without a final response")
 
 
-class OpenAIStreamClient:
+class OpenAIStreamClient(HttpStreamSession):
     name = "OpenAI /v1/completions, stream: true (aiohttp, one connection per request)"
 
     def __init__(self, base_url: str, model: str = "default") -> None:
-        base_url = base_url if "://" in base_url else f"http://{base_url}"
-        self.url, self.model = f"{base_url.rstrip('/')}/v1/completions", model
-        self._session = None
-
-    async def open(self) -> None:
-        self._session = _open_session()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        super().__init__(base_url, "/v1/completions", model)
 
     def body(self, request: LlmRequest) -> dict:
         return {
