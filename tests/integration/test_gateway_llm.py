@@ -199,6 +199,11 @@ def test_a_client_that_leaves_cancels_its_generation_in_triton(llm_gateway, llm_
     assert re.search(r"^gateway_llm_cancelled_generations_total [1-9]", gateway_metrics, flags=re.M)
 
 
+def running_and_waiting(server) -> tuple[float, float]:
+    metrics = fetch_metrics(server.options.metrics_url)
+    return metric_total(metrics, "vllm:num_requests_running"), metric_total(metrics, "vllm:num_requests_waiting")
+
+
 def test_a_full_waiting_queue_is_a_429_with_retry_after(llm_gateway, llm_triton) -> None:
     """One running slot and one waiting place, both taken by direct gRPC streams: the model
     refuses the next request as busy (UNAVAILABLE), which the gateway answers as 429."""
@@ -213,9 +218,8 @@ def test_a_full_waiting_queue_is_a_429_with_retry_after(llm_gateway, llm_triton)
         try:
             for _ in range(2):
                 holders.send(grpc_inputs("Hi", sampling={"max_tokens": 256, "ignore_eos": True}))
-            assert wait_until(lambda: metric_total(fetch_metrics(llm_triton.options.metrics_url), "vllm:num_requests_waiting") == 1), (
-                "precondition: one request running and one waiting"
-            )
+            # Both gauges: the first request alone shows waiting == 1 for a moment before it runs.
+            assert wait_until(lambda: running_and_waiting(llm_triton) == (1, 1)), "precondition: one request running and one waiting"
             response = httpx.post(f"{llm_gateway.url}/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4}, timeout=60)
         finally:
             holders.close(cancel=True)
