@@ -216,9 +216,11 @@ def test_a_full_waiting_queue_is_a_429_with_retry_after(llm_gateway, llm_triton)
         llm_triton.client.load(MODEL, small)
         holders = LlmStream(llm_triton.options.grpc_url)
         try:
-            for _ in range(2):
-                holders.send(grpc_inputs("Hi", sampling={"max_tokens": 256, "ignore_eos": True}))
-            # Both gauges: the first request alone shows waiting == 1 for a moment before it runs.
+            # One at a time: sent together, the second can find the first still waiting and be
+            # refused by the bound of one waiting place.
+            _, running = holders.send(grpc_inputs("Hi", sampling={"max_tokens": 256, "ignore_eos": True}))
+            holders.wait(lambda: len(running.times) >= 1)
+            holders.send(grpc_inputs("Hi", sampling={"max_tokens": 256, "ignore_eos": True}))
             assert wait_until(lambda: running_and_waiting(llm_triton) == (1, 1)), "precondition: one request running and one waiting"
             response = httpx.post(f"{llm_gateway.url}/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4}, timeout=60)
         finally:
