@@ -105,11 +105,11 @@ class LlamaModel:
         dims = self.dims
         heads, kv_heads, head_dim, half = dims.num_heads, dims.num_kv_heads, dims.head_dim, dims.head_dim // 2
         group = heads // kv_heads
-        rows, num_decode = plan.num_tokens, plan.num_decode
+        rows = plan.num_tokens
         qk_heads = heads + kv_heads
         cos, sin = self.cos[plan.positions][:, None, :], self.sin[plan.positions][:, None, :]
         x = self.embed[plan.token_ids].float()
-        decode_bias = None if plan.decode_mask is None else additive_mask(plan.decode_mask, self.dtype)
+        group_bias = [additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
         span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
         for index, layer in enumerate(self.layers):
             qkv = F.linear(self._rms_norm(x, layer.attn_norm), layer.qkv)
@@ -123,14 +123,15 @@ class LlamaModel:
             k_blocks, v_blocks = cache.k[index], cache.v[index]
 
             attn = torch.empty(rows, heads, head_dim, dtype=self.dtype, device=self.device)
-            if num_decode:
+            for decodes, bias in zip(plan.decode_groups, group_bias):
                 # One query per sequence: its `group` query heads that share a KV head act as
                 # `group` query rows of that head, so GQA needs no key expansion.
-                keys = self._keys.gather(k_blocks, plan.decode_blocks).view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
-                values = self._values.gather(v_blocks, plan.decode_blocks).view(num_decode, -1, kv_heads, head_dim).transpose(1, 2)
-                queries = q[:num_decode].reshape(num_decode, kv_heads, group, head_dim)
-                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=decode_bias)
-                attn[:num_decode] = out.reshape(num_decode, heads, head_dim)
+                n = decodes.hi - decodes.lo
+                keys = self._keys.gather(k_blocks, decodes.blocks).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+                values = self._values.gather(v_blocks, decodes.blocks).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+                queries = q[decodes.lo : decodes.hi].reshape(n, kv_heads, group, head_dim)
+                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
+                attn[decodes.lo : decodes.hi] = out.reshape(n, heads, head_dim)
             for span, bias in zip(plan.prefills, span_bias):
                 queries = q[span.lo : span.hi].transpose(0, 1)[None]
                 if span.blocks is None:

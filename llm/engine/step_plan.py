@@ -1,8 +1,9 @@
 """Turn a step's chunks into the index tensors the forward needs, once per step.
 
-The flat batch puts single-token chunks (decodes) first, so the forward runs all their
-attention in one padded call; longer chunks (prefills) follow, each with its own causal
-attention. Everything is built on the host and moved to the device in one go per tensor,
+The flat batch puts single-token chunks (decodes) first, sorted by context length and cut
+into groups (`decode_groups`), so the forward runs each group's attention in one padded call
+without padding a 40-token context to the 1,000 tokens of its longest neighbour; longer
+chunks (prefills) follow, each with its own causal attention. Everything is built on the host and moved to the device in one go per tensor,
 so the forward itself never syncs.
 """
 
@@ -29,13 +30,45 @@ class PrefillSpan:
 
 
 @dataclass(frozen=True)
+class DecodeGroup:
+    """Decode rows [lo, hi) whose attention runs in one padded call."""
+
+    lo: int
+    hi: int
+    blocks: torch.Tensor  # [(hi - lo) * width] block tables padded with block 0, flat (one index_select per layer)
+    mask: torch.Tensor  # [hi - lo, 1, 1, width * block_size] bool: key position < context length
+
+
+GROUP_CALL_COST_TOKENS = 256  # a group's fixed cost (two gathers, one attention call per layer) in padded key tokens
+
+
+def group_by_length(widths: Sequence[int], block_size: int, call_cost: int = GROUP_CALL_COST_TOKENS) -> list[tuple[int, int]]:
+    """Cut ascending `widths` (blocks per sequence) into contiguous groups [lo, hi) that
+    minimise the padded keys gathered plus `call_cost` per group: each group pads to its
+    longest member. Exact dynamic programme, O(n^2) for the few dozen decodes of a step."""
+    count = len(widths)
+    best = [0.0] + [float("inf")] * count
+    cut = [0] * (count + 1)
+    for hi in range(1, count + 1):
+        for lo in range(hi):
+            cost = best[lo] + (hi - lo) * widths[hi - 1] * block_size + call_cost
+            if cost < best[hi]:
+                best[hi], cut[hi] = cost, lo
+    groups = []
+    hi = count
+    while hi > 0:
+        groups.append((cut[hi], hi))
+        hi = cut[hi]
+    return groups[::-1]
+
+
+@dataclass(frozen=True)
 class StepPlan:
     token_ids: torch.Tensor  # [T] the flat batch, decodes first
     positions: torch.Tensor  # [T]
     slots: torch.Tensor  # [T] where each token's K and V are written (block * block_size + offset)
-    num_decode: int  # rows [0, num_decode) are single-token chunks
-    decode_blocks: torch.Tensor | None  # [D * max_blocks] block tables padded with block 0, flat (one index_select per layer)
-    decode_mask: torch.Tensor | None  # [D, 1, 1, max_blocks * block_size] bool: key position < context length
+    num_decode: int  # rows [0, num_decode) are single-token chunks, shortest context first
+    decode_groups: tuple[DecodeGroup, ...]  # those rows, cut into padded attention calls
     prefills: tuple[PrefillSpan, ...]
     sample_rows: torch.Tensor  # [S] row of the last token of each sample=True chunk, in chunk order
     num_tokens: int
@@ -60,7 +93,7 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
         raise ValueError("a step needs at least one chunk")
     for chunk in chunks:
         _check(chunk, block_size, num_blocks, max_model_len)
-    decodes = [i for i, chunk in enumerate(chunks) if len(chunk.token_ids) == 1]
+    decodes = sorted((i for i, chunk in enumerate(chunks) if len(chunk.token_ids) == 1), key=lambda i: chunks[i].start_position)
     longer = [i for i, chunk in enumerate(chunks) if len(chunk.token_ids) > 1]
 
     token_ids: list[int] = []
@@ -76,14 +109,16 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
         slots.append(chunk.block_table[position // block_size] * block_size + position % block_size)
     kv_tokens = sum(chunks[i].start_position + 1 for i in decodes)
 
-    decode_blocks = decode_mask = None
-    if decodes:
-        lengths = [chunks[i].start_position + 1 for i in decodes]
-        width = -(-max(lengths) // block_size)
-        table = [list(chunks[i].block_table[:width]) + [0] * (width - len(chunks[i].block_table[:width])) for i in decodes]
-        decode_blocks = torch.tensor(table, dtype=torch.long).view(-1)
+    lengths = [chunks[i].start_position + 1 for i in decodes]
+    widths = [-(-length // block_size) for length in lengths]
+    decode_groups = []
+    for lo, hi in group_by_length(widths, block_size, GROUP_CALL_COST_TOKENS):
+        width = widths[hi - 1]
+        table = [list(chunks[i].block_table[:width]) + [0] * (width - len(chunks[i].block_table[:width])) for i in decodes[lo:hi]]
         keys = torch.arange(width * block_size)
-        decode_mask = (keys[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
+        mask = (keys[None, :] < torch.tensor(lengths[lo:hi])[:, None])[:, None, None, :]
+        blocks = torch.tensor(table, dtype=torch.long).view(-1)
+        decode_groups.append(DecodeGroup(lo, hi, blocks.to(device, non_blocking=True), mask.to(device, non_blocking=True)))
 
     spans: list[PrefillSpan] = []
     for i in longer:
@@ -114,8 +149,7 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
         positions=torch.tensor(positions, dtype=torch.long, device=device),
         slots=torch.tensor(slots, dtype=torch.long, device=device),
         num_decode=len(decodes),
-        decode_blocks=to_device(decode_blocks),
-        decode_mask=to_device(decode_mask),
+        decode_groups=tuple(decode_groups),
         prefills=tuple(spans),
         sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=device),
         num_tokens=len(token_ids),

@@ -126,3 +126,26 @@ def test_kv_cache_is_sized_from_the_byte_budget(hf_model):
 def test_a_chunk_the_cache_cannot_hold_is_refused_with_the_reason(hf_model, chunk, problem):
     with pytest.raises(ValueError, match=problem):
         make_executor(hf_model).execute([chunk])
+
+
+def test_decodes_of_very_different_lengths_run_in_length_groups_and_match_each_sequence_alone(hf_model, monkeypatch):
+    """Short and long contexts decode in separate padded attention calls (a cheap call cost
+    makes the split worth it at this tiny size); each still equals transformers alone."""
+    from llm.engine import step_plan
+
+    monkeypatch.setattr(step_plan, "GROUP_CALL_COST_TOKENS", 16)
+    executor = make_executor(hf_model, num_blocks=80)
+    lengths = {0: 100, 1: 3, 2: 90, 3: 5}
+    tables, histories, next_block = {}, {}, 1
+    for seq, n in lengths.items():
+        width = -(-(n + 1) // BLOCK)
+        tables[seq] = list(range(next_block, next_block + width))[::-1]  # scattered, descending
+        next_block += width
+        histories[seq] = prompt(40 + seq, n)
+        executor.execute([ScheduledChunk(seq, histories[seq][:-1], 0, tables[seq], False)])
+    chunks = [ScheduledChunk(seq, tokens[-1:], len(tokens) - 1, tables[seq], True) for seq, tokens in histories.items()]
+    plan = step_plan.build_plan(chunks, BLOCK, executor.num_blocks, executor.max_model_len, executor.device)
+    assert [(group.lo, group.hi) for group in plan.decode_groups] == [(0, 2), (2, 4)]  # shortest first: {3, 5}, {90, 100}
+    logits = executor.execute(chunks)
+    for row, (seq, tokens) in enumerate(histories.items()):
+        torch.testing.assert_close(logits[row], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0, msg=f"sequence {seq}")
