@@ -49,8 +49,15 @@ def test_the_fit_recovers_the_coefficients_that_generated_the_times():
 
 
 def test_the_fit_never_gives_a_feature_a_negative_cost():
-    shapes = [StepShape(0, 1, 10), StepShape(0, 2, 20), StepShape(0, 4, 40), StepShape(10, 0, 10), StepShape(20, 0, 20)]
-    seconds = [0.010, 0.009, 0.008, 0.012, 0.014]  # decodes that get cheaper: noise, not a rule
+    shapes = [
+        StepShape(0, 1, 10),
+        StepShape(0, 2, 20),
+        StepShape(0, 4, 40),
+        StepShape(0, 8, 80),
+        StepShape(10, 0, 10),
+        StepShape(20, 0, 20),
+    ]
+    seconds = [0.010, 0.009, 0.008, 0.007, 0.012, 0.014]  # decodes that get cheaper: noise, not a rule
     fitted = StepCostModel.fitted(shapes, seconds)
     assert min(fitted.coefficients.values()) >= 0.0
 
@@ -154,3 +161,17 @@ def test_validation_reports_the_median_absolute_error_per_figure_against_its_goa
     assert summary["output_tokens_per_s"] == {"median_abs_error": 0.08, "goal": 0.10, "met": True, "rows": 3}
     assert summary["ttft_p99_ms"]["median_abs_error"] == 0.30 and not summary["ttft_p99_ms"]["met"]
     assert summary["tpot_p50_ms"]["median_abs_error"] == pytest.approx(0.10) and summary["tpot_p50_ms"]["rows"] == 2
+
+
+def test_a_step_of_two_rows_or_more_pays_the_multi_row_jump_and_one_row_does_not():
+    cost = StepCostModel({**dict.fromkeys(FEATURES, 0.0), "intercept": 0.028, "multi_row": 0.020})
+    assert cost.seconds(StepShape(0, 1, 100)) == pytest.approx(0.028)  # one decode: the matrix-vector path
+    assert cost.seconds(StepShape(0, 2, 200)) == pytest.approx(0.048)  # two decodes: 28 + 20 ms
+    assert cost.seconds(StepShape(1, 0, 1, 0.001)) == pytest.approx(0.028)  # a one-token prompt is one row too
+
+
+def test_a_cost_model_saved_before_the_multi_row_feature_still_loads_with_it_at_zero(tmp_path):
+    path = tmp_path / "old.json"
+    old = {name: 0.001 for name in FEATURES if name != "multi_row"}
+    path.write_text(json.dumps({"kind": "llm-step-cost", "coefficients": old}))
+    assert StepCostModel.load(path).coefficients["multi_row"] == 0.0

@@ -1,12 +1,16 @@
 """Seconds per engine step as a linear function of the step's composition.
 
-    step_s = intercept + prefill_token·p + decode_seq·d + kv_token·k + prefill_pair·q
+    step_s = intercept + prefill_token·p + decode_seq·d + kv_token·k + prefill_pair·q + multi_row·m
 
 - `prefill_tokens`: prompt tokens fed this step (the matmuls' rows beside decodes);
 - `decode_seqs`: sequences decoding one token (a row each, plus one sampled row each);
 - `kv_tokens`: positions the step's attention reads (each chunk's context up to its last token);
 - `prefill_pairs`: query x key pairs of the prefill chunks, in thousands (causal attention
-  over a chunk grows with chunk length times context, which `kv_tokens` alone misses).
+  over a chunk grows with chunk length times context, which `kv_tokens` alone misses);
+- `multi_row`: 1 when the matrix products have two rows or more. On the 2-core EPYC the
+  float32 products cost 28 ms for one row (a matrix-vector product reading each weight once)
+  and 44-52 ms for 2 to 8 rows: a step jumps, not grows, from one sequence to two, which a
+  line through both under-predicts at light load. Optional in saved models (0 when absent).
 
 Fitted by non-negative least squares on measured steps, so no feature can make a step cheaper,
 and saved with the CPU it was measured on: a cost model is only valid where it was measured.
@@ -23,7 +27,8 @@ import numpy as np
 
 from llm.contract import ScheduledChunk
 
-FEATURES = ("intercept", "prefill_tokens", "decode_seqs", "kv_tokens", "prefill_pairs")
+FEATURES = ("intercept", "prefill_tokens", "decode_seqs", "kv_tokens", "prefill_pairs", "multi_row")
+OPTIONAL_FEATURES = frozenset({"multi_row"})  # absent from cost models saved before it: 0
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,8 @@ class StepShape:
     prefill_pairs: float = 0.0  # thousands of query x key pairs in prefill chunks
 
     def row(self) -> list[float]:
-        return [1.0, float(self.prefill_tokens), float(self.decode_seqs), float(self.kv_tokens), float(self.prefill_pairs)]
+        multi_row = 1.0 if self.prefill_tokens + self.decode_seqs >= 2 else 0.0
+        return [1.0, float(self.prefill_tokens), float(self.decode_seqs), float(self.kv_tokens), float(self.prefill_pairs), multi_row]
 
     @classmethod
     def of(cls, chunks: Sequence[ScheduledChunk]) -> StepShape:
@@ -63,9 +69,10 @@ class StepCostModel:
     fit: dict = field(default_factory=dict)  # samples, median and max relative error of the fit
 
     def __post_init__(self) -> None:
-        missing = [name for name in FEATURES if name not in self.coefficients]
+        missing = [name for name in FEATURES if name not in self.coefficients and name not in OPTIONAL_FEATURES]
         if missing:
             raise ValueError(f"a step cost model needs a coefficient for {', '.join(missing)}")
+        object.__setattr__(self, "coefficients", {**dict.fromkeys(OPTIONAL_FEATURES, 0.0), **self.coefficients})
 
     def seconds(self, shape: StepShape) -> float:
         return float(sum(c * x for c, x in zip(self._vector(), shape.row())))
@@ -115,4 +122,5 @@ class StepCostModel:
         return (
             f"{c['intercept'] * 1e3:.2f} ms + {c['prefill_tokens'] * 1e6:.1f} us/prefill token + {c['decode_seqs'] * 1e6:.1f} us/decode seq"
             f" + {c['kv_tokens'] * 1e9:.1f} ns/KV token + {c['prefill_pairs'] * 1e6:.2f} us/1000 prefill pairs"
+            f" + {c['multi_row'] * 1e3:.2f} ms from two rows on"
         )
