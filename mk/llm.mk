@@ -1,7 +1,7 @@
 # The generative model (`llm`) measured against llama.cpp's server (docs/llm.md).
 #   make llama-server                        build llama.cpp's llama-server into build/llama.cpp (~1 h on 2 shared cores; once)
-#   make bench-llm                           our three modes and llama-server, the full load (reports/bench-llm/, ~40 min)
-#   make bench-llm BENCH_LLM_ARGS=--quick    a short run (~10 min)
+#   make bench-llm                           our three modes and llama-server, the full load (reports/bench-llm/, ~55 min)
+#   make bench-llm BENCH_LLM_ARGS=--quick    a short run (~12 min)
 #   make bench-llm BENCH_LLM_ARGS="--targets iteration,llama-server --concurrency 1,16"
 # The CPU flags are explicit: GGML_NATIVE=ON built a binary that died at start on the AMX machine,
 # and a binary for one machine's extensions must not be reused on another (the 2-core machines

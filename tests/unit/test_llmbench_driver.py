@@ -174,3 +174,18 @@ def test_tokens_without_their_own_chunk_are_taken_from_the_usage_at_the_end() ->
 def test_an_error_answer_or_a_stream_that_stops_early_raises_with_the_reason(body: bytes, status: int, message: str) -> None:
     _, _, error = stream_once(body, status)
     assert isinstance(error, StreamError) and message in str(error)
+
+
+def test_requests_sent_during_the_warm_up_are_served_but_not_scored() -> None:
+    client = FakeClient()
+    run = asyncio.run(LevelDriver(client, REQUESTS, seconds=0.2, drain_s=5.0, warmup_s=0.2).run(ClosedLoop(2)))
+    assert run.warmup_requests > 0 and run.records  # both windows sent requests
+    assert len(client.seen) == run.warmup_requests + len(run.records)  # every request was served
+    assert all(record.sent_s >= 0.2 for record in run.records)
+    assert min(record.index for record in run.records) == run.warmup_requests  # the scored ones are the later ones
+    assert 0.2 <= run.duration_s < 5.2  # the scored window, not the whole level
+
+
+def test_a_negative_warm_up_is_refused() -> None:
+    with pytest.raises(ValueError, match="warms up"):
+        LevelDriver(FakeClient(), REQUESTS, seconds=1.0, drain_s=1.0, warmup_s=-1.0)

@@ -57,14 +57,15 @@ class Plan:
     rates: tuple[float, ...]
     seconds: float
     drain_s: float
+    warmup_s: float = 0.0  # of the same load before each level's scored window (served, not scored)
 
     def schedules(self) -> list[Schedule]:
         return [*(ClosedLoop(c) for c in self.concurrency), *(Poisson(r) for r in self.rates)]
 
 
-# Full: 4 closed + 3 Poisson levels of (45 s + at most 30 s of drain) per target, four targets: ~35 min here.
-FULL = Plan(concurrency=(1, 4, 16, 32), rates=(0.25, 0.5, 1.0), seconds=45.0, drain_s=30.0)
-QUICK = Plan(concurrency=(1, 16), rates=(0.5,), seconds=20.0, drain_s=15.0)
+# Full: 4 closed + 3 Poisson levels of (20 s warm-up + 45 s + at most 30 s of drain) per target, four targets: ~45 min here.
+FULL = Plan(concurrency=(1, 4, 16, 32), rates=(0.25, 0.5, 1.0), seconds=45.0, drain_s=30.0, warmup_s=20.0)
+QUICK = Plan(concurrency=(1, 16), rates=(0.5,), seconds=20.0, drain_s=15.0, warmup_s=10.0)
 
 
 def _numbers(text: str, kind: type) -> tuple:
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seconds", type=float, help="sending time per level (default 45; quick 20)")
     parser.add_argument("--drain", type=float, help="seconds a level may drain before the rest is cut (default 30; quick 15)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        help="seconds of each level's load before its scored window: requests sent then are served, not scored (default 20; quick 10)",
+    )
     parser.add_argument(
         "--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 1024), help="prompt tokens, LOW-HIGH (default 32-1024)"
     )
@@ -134,6 +140,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
         rates=base.rates if args.rates is None else args.rates,
         seconds=base.seconds if args.seconds is None else args.seconds,
         drain_s=base.drain_s if args.drain is None else args.drain,
+        warmup_s=base.warmup_s if args.warmup is None else args.warmup,
     )
 
 
@@ -183,7 +190,7 @@ async def measure_target(
             await client.generate(warm, StreamRecord(-1, 0.0), time.perf_counter)
         runs = []
         for number, schedule in enumerate(plan.schedules()):
-            driver = LevelDriver(client, requests, plan.seconds, plan.drain_s, seed=seed + number)
+            driver = LevelDriver(client, requests, plan.seconds, plan.drain_s, seed=seed + number, warmup_s=plan.warmup_s)
             run = await driver.run(schedule)
             runs.append((schedule, run.records, run.duration_s, run.late_sends, run.load_average))
         return runs
@@ -261,6 +268,7 @@ def run_bench(args: argparse.Namespace) -> dict:
             "rates": list(plan.rates),
             "seconds": plan.seconds,
             "drain_s": plan.drain_s,
+            "warmup_s": plan.warmup_s,
             "quick": args.quick,
         },
         "targets": described,

@@ -6,6 +6,11 @@ server does). Then the level drains: answers still streaming after `drain_s` mor
 cancelled and recorded as `cut`, so a target that falls behind (one sequence at a time
 under 32 streams) ends on time instead of queueing for many minutes. Request k of a level
 is the workload's request k for every target.
+
+A level may open with `warmup_s` of the same load whose requests are served but not scored
+(perf_analyzer's stable window, GenAI-Perf's warm-up): N closed-loop streams that all start
+at once queue N prompts at the first step, a transient that would otherwise dominate a
+minute-long level's TTFT.
 """
 
 from __future__ import annotations
@@ -40,16 +45,25 @@ class LevelRun:
     duration_s: float = 0.0  # from the level's start to its last answer (or the drain limit)
     late_sends: int = 0  # open loop: sends more than 10 ms behind their offset (the client could not keep up)
     load_average: float | None = None  # the machine's 1-minute load average when the level started (shared machines)
+    warmup_requests: int = 0  # sent during the warm-up: served, not in `records`
 
 
 class LevelDriver:
-    def __init__(self, client: StreamClient, requests: Sequence[LlmRequest], seconds: float, drain_s: float, seed: int = 0) -> None:
+    def __init__(
+        self,
+        client: StreamClient,
+        requests: Sequence[LlmRequest],
+        seconds: float,
+        drain_s: float,
+        seed: int = 0,
+        warmup_s: float = 0.0,
+    ) -> None:
         if not requests:
             raise ValueError("a load level needs a workload of at least one request")
-        if seconds <= 0 or drain_s < 0:
-            raise ValueError(f"a level lasts > 0 s and drains >= 0 s, got {seconds:g} and {drain_s:g}")
+        if seconds <= 0 or drain_s < 0 or warmup_s < 0:
+            raise ValueError(f"a level lasts > 0 s, drains >= 0 s and warms up >= 0 s, got {seconds:g}, {drain_s:g} and {warmup_s:g}")
         self.client, self.requests = client, requests
-        self.seconds, self.drain_s, self.seed = seconds, drain_s, seed
+        self.seconds, self.drain_s, self.seed, self.warmup_s = seconds, drain_s, seed, warmup_s
 
     async def run(self, schedule: Schedule) -> LevelRun:
         result = LevelRun(schedule, load_average=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None)
@@ -73,26 +87,30 @@ class LevelDriver:
                 record.outcome, record.message = classify_exception(exc)
                 record.message = record.message[:300]
 
+        sending_s = self.warmup_s + self.seconds
         tasks: set[asyncio.Task] = set()
         if isinstance(schedule, ClosedLoop):
 
             async def stream() -> None:
-                while clock() < self.seconds:
+                while clock() < sending_s:
                     await one()
 
             tasks.update(asyncio.create_task(stream()) for _ in range(schedule.concurrency))
         else:
-            for offset in schedule.offsets(self.seconds, np.random.default_rng(self.seed)):
+            for offset in schedule.offsets(sending_s, np.random.default_rng(self.seed)):
                 delay = float(offset) - clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 elif delay < -0.010:
                     result.late_sends += 1
                 tasks.add(asyncio.create_task(one()))
-        limit = self.seconds + self.drain_s - clock()
+        limit = sending_s + self.drain_s - clock()
         _, pending = await asyncio.wait(tasks, timeout=max(limit, 0.0)) if tasks else (set(), set())
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        result.duration_s = max(clock(), self.seconds)  # an open loop's window counts even if it went quiet
+        result.duration_s = max(clock(), sending_s) - self.warmup_s  # an open loop's window counts even if it went quiet
+        warm = [record for record in result.records if record.sent_s < self.warmup_s]
+        result.warmup_requests = len(warm)
+        result.records = [record for record in result.records if record.sent_s >= self.warmup_s]
         return result

@@ -95,10 +95,10 @@ def render_markdown(report: dict) -> str:
         f"- Workload: {report['workload']['description']}; mean prompt {report['workload']['mean_prompt_tokens']:.0f} tokens, "
         f"mean output {report['workload']['mean_output_tokens']:.0f} tokens; the same requests for every target",
         f"- Load: closed loop at {', '.join(str(c) for c in settings['concurrency']) or '-'} streams, Poisson at "
-        f"{', '.join(f'{r:g}' for r in settings['rates']) or '-'} req/s; {settings['seconds']:g} s of sending per level, "
-        f"then at most {settings['drain_s']:g} s of drain (requests still streaming then are cut, and count as not good)",
+        f"{', '.join(f'{r:g}' for r in settings['rates']) or '-'} req/s; {_warmup(settings)}{settings['seconds']:g} s of scored sending "
+        f"per level, then at most {settings['drain_s']:g} s of drain (requests still streaming then are cut, and count as not good)",
         f"- SLO: {report['slo']} (DistServe's goodput: a request counts when it met every objective); "
-        "throughput and goodput divide by the level's whole duration (start to last answer)",
+        "throughput and goodput divide by the scored window (its start to the last answer)",
         *(
             f"- Appended: {', '.join(part['targets'])} measured in {part.get('note', 'a second invocation')} at {part['date']} "
             f"(same requests, same plan; load average at its start: {part['load_average']})"
@@ -171,3 +171,8 @@ def write_report(report: dict, folder: Path) -> list[Path]:
     paths[1].write_text(render_markdown(report))
     plot(report, paths[2])
     return paths
+
+
+def _warmup(settings: dict) -> str:
+    warmup = settings.get("warmup_s", 0.0)
+    return f"{warmup:g} s of warm-up (the same load, served, not scored), then " if warmup else ""
