@@ -3,8 +3,8 @@
 The flat batch puts single-token chunks (decodes) first, sorted by context length and cut
 into groups (`decode_groups`), so the forward runs each group's attention in one padded call
 without padding a 40-token context to the 1,000 tokens of its longest neighbour; longer
-chunks (prefills) follow, each with its own causal attention. Everything is built on the host and moved to the device in one go per tensor,
-so the forward itself never syncs.
+chunks (prefills) follow, each with its own causal attention. Everything is built on the host
+and moved to the device in one go per tensor, so the forward itself never syncs.
 """
 
 from __future__ import annotations
@@ -45,20 +45,24 @@ GROUP_CALL_COST_TOKENS = 256  # a group's fixed cost (two gathers, one attention
 def group_by_length(widths: Sequence[int], block_size: int, call_cost: int = GROUP_CALL_COST_TOKENS) -> list[tuple[int, int]]:
     """Cut ascending `widths` (blocks per sequence) into contiguous groups [lo, hi) that
     minimise the padded keys gathered plus `call_cost` per group: each group pads to its
-    longest member. Exact dynamic programme, O(n^2) for the few dozen decodes of a step."""
-    count = len(widths)
-    best = [0.0] + [float("inf")] * count
-    cut = [0] * (count + 1)
-    for hi in range(1, count + 1):
+    longest member. Exact dynamic programme over runs of equal width (splitting a run only adds
+    a call), O(runs^2): a few dozen runs even when hundreds of sequences decode."""
+    ends = [i + 1 for i in range(len(widths)) if i + 1 == len(widths) or widths[i + 1] != widths[i]]  # run ends
+    best = [0.0] + [float("inf")] * len(ends)
+    cut = [0] * (len(ends) + 1)
+    for hi in range(1, len(ends) + 1):
+        end = ends[hi - 1]
         for lo in range(hi):
-            cost = best[lo] + (hi - lo) * widths[hi - 1] * block_size + call_cost
+            start = ends[lo - 1] if lo else 0
+            cost = best[lo] + (end - start) * widths[end - 1] * block_size + call_cost
             if cost < best[hi]:
                 best[hi], cut[hi] = cost, lo
     groups = []
-    hi = count
+    hi = len(ends)
     while hi > 0:
-        groups.append((cut[hi], hi))
-        hi = cut[hi]
+        lo = cut[hi]
+        groups.append((ends[lo - 1] if lo else 0, ends[hi - 1]))
+        hi = lo
     return groups[::-1]
 
 

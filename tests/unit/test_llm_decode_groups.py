@@ -16,6 +16,7 @@ from llm.engine.step_plan import group_by_length
         ([2, 3, 4], 256, [(0, 3)]),  # one call 3 x 4 x 16 + 256 = 448; any split pays 256 twice
         ([2, 3, 4], 0, [(0, 1), (1, 2), (2, 3)]),  # free calls: no padding at all
         ([7], 256, [(0, 1)]),
+        ([5, 5, 5, 9, 9], 0, [(0, 3), (3, 5)]),  # free calls still never split a run of equal widths (no padding saved)
         ([], 256, []),
     ],
 )
