@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,15 @@ TESTS_DIR = Path(__file__).resolve().parent
 # (`make ops-check`, Docker/Kubernetes/Prometheus files), whose server tests carry the marker.
 INTEGRATION_DIRS = ("integration", "reliability")
 SERVER_FIXTURES = frozenset({"triton", "gateway", "client", "reference_model"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the commands the tests spawn the Ctrl-C a terminal gives them. A shell starts a
+    background job with SIGINT ignored, and an ignored signal stays ignored across exec, so
+    a run launched as `make test &` would hand every child an ignored SIGINT and the signal
+    tests would test the launcher instead. A Python handler is reset to the default at exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -115,6 +115,15 @@ def commands(tmp: Path) -> dict[str, list[str]]:
     }
 
 
+def test_the_commands_spawned_here_get_the_default_sigint() -> None:
+    """The SIGINT cases below mean something only if a spawned command can receive SIGINT:
+    a run launched in the background (`make test &`) inherits an ignored one, which
+    tests/conftest.py turns back into the default before any command is spawned."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "True", "a spawned command would ignore SIGINT (see tests/conftest.py)"
+
+
 CASES = [
     ("tune", signal.SIGTERM),
     ("loadgen", signal.SIGTERM),
