@@ -234,29 +234,48 @@ class EngineLoop:
                 self._finish(request, "abort")
 
     def _poll_cancellations(self) -> None:
-        """Ask every running request, and `WAITING_POLLS_PER_STEP` waiting ones in turn, whether
-        its client went away. In Triton each `is_cancelled` is a round trip to the server
-        process; asking all of hundreds of waiting requests every step is what a flood of
-        streams turned into a stream of IPC calls that crashed the Python backend. A running
-        request holds blocks and a batch slot, so it is asked every step; a waiting one costs
-        nothing while it waits, so it is asked every few steps."""
-        running = {seq.seq_id for seq in self.scheduler.running}
-        watched = [request for request in self._open.values() if request.is_cancelled is not None]
-        waiting = [request for request in watched if request.seq.seq_id not in running]
-        polled = [request for request in watched if request.seq.seq_id in running]
+        """Ask every running request, the waiting ones next in line for a free slot, and
+        `WAITING_POLLS_PER_STEP` other waiting ones in turn, whether its client went away. In
+        Triton each `is_cancelled` is a round trip to the server process; asking all of
+        hundreds of waiting requests every step is what a flood of streams turned into a stream
+        of IPC calls that crashed the Python backend. A running request holds blocks and a
+        batch slot, so it is asked every step; one next in line is asked before it is admitted,
+        so a client that left costs no prefill (a flood whose clients all leave is retired in a
+        step or two, not by prefilling each of them); the rest cost nothing while they wait."""
+        for seq in list(self.scheduler.running):
+            self._ask_if_cancelled(self._open[seq.seq_id])
+        asked: set[int] = set()
+        free_slots = self.scheduler.max_batch - len(self.scheduler.running)
+        for seq in list(self.scheduler.waiting):
+            if free_slots <= 0:
+                break
+            request = self._open[seq.seq_id]
+            if request.is_cancelled is not None:
+                asked.add(seq.seq_id)
+                if self._ask_if_cancelled(request):
+                    continue
+            free_slots -= 1
+        skip = asked | {seq.seq_id for seq in self.scheduler.running}
+        waiting = [request for request in self._open.values() if request.is_cancelled is not None and request.seq.seq_id not in skip]
         if waiting:
             start = self._waiting_poll_cursor % len(waiting)
             count = min(WAITING_POLLS_PER_STEP, len(waiting))
-            polled += [waiting[(start + i) % len(waiting)] for i in range(count)]
+            for request in [waiting[(start + i) % len(waiting)] for i in range(count)]:
+                self._ask_if_cancelled(request)
             self._waiting_poll_cursor = start + count
-        for request in polled:
-            try:
-                cancelled = request.is_cancelled()
-            except Exception as exc:
-                self._finish(request, "error", error=f"is_cancelled failed: {exc}")
-                continue
-            if cancelled:
-                self._finish(request, "abort")
+
+    def _ask_if_cancelled(self, request: _OpenRequest) -> bool:
+        """Retire `request` if its client went away; returns whether it was retired."""
+        if request.is_cancelled is None:
+            return False
+        try:
+            cancelled = request.is_cancelled()
+        except Exception as exc:
+            self._finish(request, "error", error=f"is_cancelled failed: {exc}")
+            return True
+        if cancelled:
+            self._finish(request, "abort")
+        return cancelled
 
     def _expire(self, now: float) -> None:
         """Fail the requests that waited past their `queue_timeout_ms` without being scheduled."""

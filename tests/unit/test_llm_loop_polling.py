@@ -64,3 +64,19 @@ def test_a_waiting_request_whose_client_left_is_aborted_without_being_scheduled(
     assert recorder.final(last).finish_reason == "abort"
     assert all(chunk.seq_id < RUNNING for plan in executor.plans for chunk in plan)
     assert loop.snapshot()["waiting"] == WAITING - 1
+
+
+def test_waiting_requests_next_in_line_are_asked_before_admission_so_gone_clients_cost_no_prefill() -> None:
+    asked = Asked()
+    loop, executor, recorder = flooded_loop(asked)
+    gone_heads = WAITING // 2
+    asked.gone.update(f"r{i}" for i in range(RUNNING + gone_heads))  # the running ones and the next in line all left
+    asked.calls.clear()
+    executor.plans.clear()
+    loop.run_one_step()
+    assert all(recorder.final(f"r{i}").finish_reason == "abort" for i in range(RUNNING + gone_heads))
+    admitted = {chunk.seq_id for plan in executor.plans for chunk in plan}
+    assert admitted == set(range(RUNNING + gone_heads, 2 * RUNNING + gone_heads))  # the first live ones take the slots
+    # asked: the running, the gone heads, the live ones that took the slots, and the usual few in turn
+    assert sum(asked.calls.values()) == RUNNING + gone_heads + RUNNING + WAITING_POLLS_PER_STEP
+    assert loop.snapshot()["waiting"] == WAITING - gone_heads - RUNNING
