@@ -109,6 +109,21 @@ class LlmStream:
         self.client.close()
 
 
+def ask(grpc_url: str, inputs: list, timeout_s: float = TIMEOUT_S) -> Received:
+    """One request on a stream of its own, so an error on the stream is surely this request's:
+    its Received, with `error` set when the server answered with one (an error never sets
+    `done`, so waiting for `done` alone would wait out the timeout)."""
+    stream = LlmStream(grpc_url)
+    try:
+        _, received = stream.send(inputs)
+        stream.wait(lambda: received.done or not stream._errors.empty(), timeout_s)
+        if not received.done:
+            received.error = stream.next_error(timeout_s=0)
+    finally:
+        stream.close(cancel=True)
+    return received
+
+
 def generate(http_url: str, body: dict, stream: bool = False, timeout_s: float = TIMEOUT_S) -> tuple[int, list[dict]]:
     """POST /generate (one JSON answer) or /generate_stream (server-sent events): the HTTP
     status and the JSON objects received."""
