@@ -44,6 +44,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid} uses {used}: tests/unit is the tier without servers; move it to tests/integration")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test that used a shared server gets the server log's tail in its report: a
+    clean-clone CI run keeps nothing else of what the server saw."""
+    report = yield
+    if report.failed:
+        for name in ("llm_triton", "explicit_triton"):
+            server = getattr(item, "funcargs", {}).get(name)
+            if isinstance(server, LocalTriton):
+                report.sections.append((f"{name} log (last 60 lines)", server.log_tail(60)))
+    return report
+
+
 def start_triton(log_path: Path, with_llm: bool = False, **overrides) -> LocalTriton:
     """Start Triton on fresh free ports; a failed start raises with the log tail. The LLM
     is left out unless `with_llm`."""
