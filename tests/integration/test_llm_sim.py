@@ -6,6 +6,7 @@ import json
 
 from tools.contract import LLM_MODEL
 from tools.repo.model_config import load_config
+from tools.simulate.llm.setup import DEFAULT_CONFIG
 from tools.simulate.llm.step_cost import FEATURES, StepCostModel
 
 # About this engine on a 2-core EPYC (tools/simulate/llm/calibrate.py measures the real one);
@@ -69,4 +70,25 @@ def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_m
         assert row["measured"]["completed"] >= 2
     parameters = {key: value.string_value for key, value in load_config(written).parameters.items()}
     assert {key: parameters[key] for key in report["winner"]} == report["winner"]
+    assert llm_triton.client.config(LLM_MODEL) == before
+
+
+def test_a_tiny_grid_measures_every_candidate_of_the_space_given_and_the_config(llm_triton, tmp_path):
+    from tools.tune.__main__ import run
+
+    before = llm_triton.client.config(LLM_MODEL)
+    args = [
+        *("--model", "llm", "--slo", "ttft_p99=5s,tpot_p99=1s", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
+        *("--strategy", "grid", "--max-num-seqs", "1,2", "--max-num-batched-tokens", "64", "--long-prefill-token-threshold", "64"),
+        *("--max-wait-ms", "0", "--concurrency", "2", "--seconds", "3", "--drain", "60", *TINY_LOAD),
+        *("--report-dir", str(tmp_path / "report"), "-q"),
+    ]
+    assert run(args) == 0
+    report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
+    assert report["strategy"] == "grid"
+    measured = {(row["role"].split(",")[0], row["parameters"]["max_num_seqs"]) for row in report["measured"]}
+    committed = load_config(DEFAULT_CONFIG).parameters["max_num_seqs"].string_value
+    assert measured == {("grid", "1"), ("grid", "2"), ("config", committed)}
+    assert all(row["measured"]["completed"] >= 2 for row in report["measured"])
+    assert report["winner"] in [row["parameters"] for row in report["measured"]]
     assert llm_triton.client.config(LLM_MODEL) == before

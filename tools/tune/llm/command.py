@@ -3,12 +3,14 @@
 Simulates every candidate of the space (tools/simulate/llm: the real scheduler on a step cost
 model measured on this CPU) under the level to tune for, measures the top few and the
 config's own knobs live on a Triton (tools.llmbench's driver and client), and picks the
-best measured by the SLO's order (tools/tune/llm/space.py). Prints predicted beside measured,
+best measured by the SLO's order (tools/tune/llm/space.py). `--strategy grid` measures every
+candidate instead (the baseline the model-guided pick is judged against: make bench-tune-llm). Prints predicted beside measured,
 writes a report, and with --apply writes the winner into model_repository/llm/config.pbtxt's
 parameters through the protobuf schema (its comment header kept).
 
     python -m tools.tune --model llm --slo ttft_p99=1s,tpot_p99=100ms --concurrency 8
     python -m tools.tune --model llm --slo ttft_p99=2s,tpot_p99=150ms --rate 0.5 --top 3 --apply
+    python -m tools.tune --model llm --strategy grid --max-num-seqs 4,8 --max-num-batched-tokens 64,256
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.cli.arguments import parse_settings
+from tools.cli.arguments import number_list, parse_settings
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags
 from tools.cli.settings import settings_from
@@ -40,6 +42,8 @@ from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
 log = logging.getLogger("tune.llm")
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "policy", "max_wait_ms")
+AXES: dict[str, type] = {"max_num_seqs": int, "max_num_batched_tokens": int, "long_prefill_token_threshold": int, "max_wait_ms": float}
+STRATEGIES = ("model-guided", "grid")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch threads of a calibration run now (0: torch's default; 1 on a crowded machine)",
     )
     parser.add_argument("--top", type=int, default=3, help="predicted best candidates measured live (default %(default)s)")
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="model-guided",
+        help="model-guided: simulate all, measure the top few (default); grid: measure every candidate live",
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller space, 20 s levels, the top 2: make tune-llm QUICK=1")
+    space = parser.add_argument_group("the search space (comma lists replace one axis of the default or --quick space)")
+    for knob, kind in AXES.items():
+        space.add_argument(f"--{knob.replace('_', '-')}", default=None, metavar=kind.__name__.upper() + ",...")
     parser.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 512))
     parser.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 128))
     parser.add_argument("--requests", type=int, default=500)
@@ -138,8 +151,10 @@ class LlmTuneSettings:
     config: Path  # the llm config.pbtxt: base of every candidate
     cost_model: str  # a step cost JSON, `calibrate` or `auto`
     calibrate_threads: int
-    top: int  # predicted best candidates measured live
+    top: int  # predicted best candidates measured live (model-guided)
+    strategy: str  # model-guided or grid (every candidate measured live)
     quick: bool
+    space: LlmSpace  # the candidates: the default or --quick space with the axes given replaced
     prompt_lengths: LengthRange
     output_lengths: LengthRange
     requests: int
@@ -164,14 +179,37 @@ class LlmTuneSettings:
         level = LevelPlan(
             seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
         )
+        axes = {knob: number_list(getattr(args, knob), kind, f"--{knob.replace('_', '-')}") for knob, kind in AXES.items()}
+        if any(value <= 0 for knob, values in axes.items() if knob != "max_wait_ms" for value in values):
+            raise ValueError("--max-num-seqs, --max-num-batched-tokens and --long-prefill-token-threshold take positive numbers")
+        if any(value < 0 for value in axes["max_wait_ms"]):
+            raise ValueError("--max-wait-ms takes numbers of milliseconds >= 0")
+        space = (LlmSpace.quick() if args.quick else LlmSpace()).with_axes(**axes)
+        if next(space.candidates(), None) is None:
+            raise ValueError("the search space has no valid candidate (each needs budget >= seqs and chunk <= budget)")
         return settings_from(
             cls,
             args,
+            space=space,
             schedule=Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8),
             level=level,
             top=min(args.top, 2) if args.quick and args.top == 3 else args.top,
             winner_output=args.output or (args.config if args.apply else None),
         )
+
+
+def pick_top(ranked: list[tuple[dict, LevelFigures]], default: dict, default_figures: LevelFigures, top: int) -> list:
+    """The `top` best predicted candidates other than the config, skipping any predicted to
+    behave exactly as one already chosen (or as the config): measuring it adds nothing."""
+    chosen: list[tuple[dict, LevelFigures, str]] = []
+    seen = [default_figures]
+    for parameters, figures in ranked:
+        if len(chosen) == top:
+            break
+        if parameters != default and figures not in seen:
+            chosen.append((parameters, figures, f"top {len(chosen) + 1}"))
+            seen.append(figures)
+    return chosen
 
 
 def run_tune(settings: LlmTuneSettings) -> int:
@@ -184,7 +222,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
     base = parameters_from_pbtxt(settings.config)
     _, engine_config = parse_knobs(base)
     engine = engine_shape(engine_config)
-    space = LlmSpace.quick() if settings.quick else LlmSpace()
+    space = settings.space
     level, top, schedule = settings.level, settings.top, settings.schedule
     cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads)
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
@@ -201,14 +239,10 @@ def run_tune(settings: LlmTuneSettings) -> int:
     sim_s = time.monotonic() - started
     ranked = sorted(simulated[1:], key=lambda item: score(item[1], slo), reverse=True)
     log.info("simulated %d candidates in %.1f s with %s", len(simulated), sim_s, source)
-    chosen: list[tuple[dict, LevelFigures, str]] = []
-    seen = [simulated[0][1]]  # a candidate predicted to behave as one already chosen adds nothing
-    for parameters, figures in ranked:
-        if len(chosen) == top:
-            break
-        if parameters != default and figures not in seen:
-            chosen.append((parameters, figures, f"top {len(chosen) + 1}"))
-            seen.append(figures)
+    if settings.strategy == "grid":
+        chosen = [(parameters, figures, "grid") for parameters, figures in simulated[1:] if parameters != default]
+    else:
+        chosen = pick_top(ranked, default, simulated[0][1], top)
     chosen.append((default, simulated[0][1], "config"))
     if settings.simulate_only:
         rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
@@ -239,12 +273,14 @@ def run_tune(settings: LlmTuneSettings) -> int:
     best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
     best["role"] += ", winner"
     print(
-        f"{len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under {level_label(schedule)}; SLO {slo.describe()}"
+        f"{settings.strategy}: {len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under "
+        f"{level_label(schedule)}; SLO {slo.describe()}"
     )
     print(comparison_table(rows))
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
+        "strategy": settings.strategy,
         "slo": vars(slo),
         "level": {"schedule": level_label(schedule), **vars(level)},
         "cost_model": source,

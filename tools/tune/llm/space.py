@@ -8,8 +8,9 @@ below every one that meets it, by goodput, then by how far the worse percentile 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tools.load.llm.figures import LevelFigures
@@ -38,6 +39,14 @@ class LlmSpace:
             long_prefill_token_threshold=(64, 128, 256),
             max_wait_ms=(0.0, 100.0),
         )
+
+    def with_axes(self, **axes: Sequence) -> LlmSpace:
+        """This space with the given axes replaced (`--max-num-seqs 4,8` and the like); an
+        empty axis keeps this space's values."""
+        unknown = set(axes) - {field.name for field in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"no such knob in the search space: {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **{name: tuple(values) for name, values in axes.items() if values})
 
     def candidates(self) -> Iterator[dict[str, str]]:
         """Every valid combination as config `parameters` (a chunk larger than the budget is
