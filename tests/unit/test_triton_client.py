@@ -169,3 +169,16 @@ def test_captured_metrics_parse_with_labels_per_model() -> None:
 def test_text_that_is_not_prometheus_is_an_error() -> None:
     with pytest.raises(TritonError, match="unparsable"):
         parse_metrics('nv_inference_count{model="m" 7\n')
+
+
+@pytest.mark.parametrize(("state", "gone_in_time"), [("UNAVAILABLE", True), ("UNLOADING", False)])
+def test_a_reload_waits_for_the_unload_and_warns_when_the_old_instance_stays(canned, caplog, state, gone_in_time) -> None:
+    canned.answers["/v2/models/llm/ready"] = (200, "")
+    canned.answers["/v2/repository/models/llm/unload"] = (200, "")
+    canned.answers["/v2/repository/models/llm/load"] = (200, "")
+    canned.answers["/v2/repository/index"] = (200, json.dumps([{"name": "llm", "version": "1", "state": state}]))
+    assert TritonClient(canned.url).reload("llm", ModelConfig(name="llm"), unload_timeout_s=0.5) is gone_in_time
+    paths = [path for path, _, _ in canned.received]
+    unload, index, load = (paths.index(f"/v2/repository/{what}") for what in ("models/llm/unload", "index", "models/llm/load"))
+    assert unload < index < load
+    assert ("did not finish unloading" in caplog.text) is not gone_in_time

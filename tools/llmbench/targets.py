@@ -45,14 +45,7 @@ def apply_mode(client: TritonClient, mode: str, model: str = MODEL) -> None:
         return
     config.parameters["mode"].string_value = mode
     started = time.monotonic()
-    if client.model_ready(model):
-        client.unload(model)
-        deadline = time.monotonic() + UNLOAD_TIMEOUT_S
-        while time.monotonic() < deadline and any(
-            item.get("name") == model and item.get("state") in ("READY", "UNLOADING") for item in client.repository_index()
-        ):
-            time.sleep(0.2)
-    client.load(model, config)
+    client.reload(model, config, UNLOAD_TIMEOUT_S)
     log.info("%s reloaded with mode=%s in %.1f s", model, mode, time.monotonic() - started)
 
 

@@ -176,6 +176,33 @@ class TritonClient:
     def unload(self, model: str) -> None:
         self._call(f"unloading {model}", f"/v2/repository/models/{model}/unload", {}, timeout_s=LOAD_TIMEOUT_S)
 
+    def reload(self, model: str, config: ModelConfig, unload_timeout_s: float = 120.0) -> bool:
+        """Unload `model` (when loaded), wait for the unload to finish, then load it with
+        `config`. Returns whether the old instance was gone in time: Triton 2.51 sometimes never
+        finishes unloading a decoupled Python model (docs/llm.md, "Known issues"); the new one
+        is loaded all the same, beside it, and a warning says so."""
+        if not self.model_ready(model):
+            self.load(model, config)
+            return True
+        self.unload(model)
+        deadline = time.monotonic() + unload_timeout_s
+        while unloading := self._still_loaded(model):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        if unloading:
+            log.warning(
+                "%s did not finish unloading within %.0f s; loading the new config beside it (the old instance stays until "
+                "the server stops: docs/llm.md, Known issues)",
+                model,
+                unload_timeout_s,
+            )
+        self.load(model, config)
+        return not unloading
+
+    def _still_loaded(self, model: str) -> bool:
+        return any(item.get("name") == model and item.get("state") in ("READY", "UNLOADING") for item in self.repository_index())
+
     def repository_index(self) -> list[dict]:
         """The repository's models with their state (needs the admin key when restricted)."""
         index = self._json("reading the repository index", "/v2/repository/index", {})

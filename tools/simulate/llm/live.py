@@ -45,14 +45,7 @@ class LiveServer:
         for key, value in parameters.items():
             config.parameters[key].string_value = value
         started = time.monotonic()
-        if self.control.model_ready(self.model):
-            self.control.unload(self.model)
-            deadline = time.monotonic() + UNLOAD_TIMEOUT_S
-            while time.monotonic() < deadline and any(
-                item.get("name") == self.model and item.get("state") in ("READY", "UNLOADING") for item in self.control.repository_index()
-            ):
-                time.sleep(0.2)
-        self.control.load(self.model, config)
+        self.control.reload(self.model, config, UNLOAD_TIMEOUT_S)
         log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), time.monotonic() - started)
 
     last_load_average: float | None = None  # the machine's 1-minute load when the last level started
