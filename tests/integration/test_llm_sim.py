@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.contract import LLM_MODEL
 from tools.repo.model_config import load_config
+from tools.simulate.llm.live_scale import FACTOR_RANGE
 from tools.simulate.llm.setup import DEFAULT_CONFIG
 from tools.simulate.llm.step_cost import FEATURES, StepCostModel
 
@@ -29,25 +32,33 @@ def server_args(server) -> list[str]:
     ]
 
 
-def test_validation_measures_a_config_live_beside_its_prediction_and_restores_the_server_config(llm_triton, tmp_path):
+def test_validation_scales_the_model_to_the_first_case_and_judges_the_held_out_one_and_restores_the_server_config(llm_triton, tmp_path):
     from tools.simulate.__main__ import run
 
     before = llm_triton.client.config(LLM_MODEL)
     out = tmp_path / "validation.json"
     args = [
         *("llm", "validate", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
-        *("--cases", "max_num_seqs=2", "--concurrency", "2", "--rates", "", "--seconds", "3", "--drain", "60"),
+        *("--cases", "max_num_seqs=2;max_num_seqs=1", "--concurrency", "2", "--rates", "", "--seconds", "3", "--drain", "60"),
         *TINY_LOAD,
         *("--json", str(out), "-q"),
     ]
     assert run(args) == 0
-    (row,) = json.loads(out.read_text())["rows"]
-    assert row["overrides"] == {"max_num_seqs": "2"}
-    assert row["measured"]["completed"] == row["measured"]["requests"] >= 2
-    assert row["predicted"]["completed"] == row["predicted"]["requests"] >= 2
-    assert row["predicted"]["mean_running"] <= 2  # the simulated scheduler ran the override
-    for figure in ("output_tokens_per_s", "ttft_p99_ms", "tpot_p50_ms"):
-        assert row["errors"][figure] is not None
+    result = json.loads(out.read_text())
+    anchor, held_out = result["rows"]
+    assert (anchor["role"], anchor["overrides"]) == ("anchor", {"max_num_seqs": "2"})
+    assert (held_out["role"], held_out["overrides"]) == ("held out", {"max_num_seqs": "1"})
+    for row in result["rows"]:
+        assert row["measured"]["completed"] == row["measured"]["requests"] >= 2
+        assert row["predicted"]["completed"] == row["predicted"]["requests"] >= 2
+        for figure in ("output_tokens_per_s", "ttft_p99_ms", "tpot_p50_ms"):
+            assert row["errors"][figure] is not None
+    assert anchor["predicted"]["mean_running"] <= 2 and held_out["predicted"]["mean_running"] <= 1  # the overrides ran
+    scale = result["live_scale"]
+    assert scale["measured_tpot_p50_ms"] == anchor["measured"]["tpot_p50_ms"]
+    assert scale["predicted_tpot_p50_ms"] == anchor["predicted"]["tpot_p50_ms"]  # the anchor's row: before scaling
+    assert scale["fitted_tpot_p50_ms"] == pytest.approx(scale["measured_tpot_p50_ms"], rel=0.05) or scale["factor"] in FACTOR_RANGE
+    assert result["summary"]["tpot_p50_ms"]["rows"] == 1  # the held-out case only
     assert llm_triton.client.config(LLM_MODEL) == before
 
 
@@ -65,7 +76,9 @@ def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_m
     report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
     assert report["simulated"] > 10
     roles = [row["role"].split(",")[0] for row in report["measured"]]
-    assert roles == ["top 1", "config"]
+    assert roles == ["config", "top 1"]  # the config first: the level the cost model is scaled to
+    assert report["measured"][0]["role"].startswith("config, anchor")
+    assert report["live_scale"]["factor"] > 0
     for row in report["measured"]:
         assert row["measured"]["completed"] >= 2
     parameters = {key: value.string_value for key, value in load_config(written).parameters.items()}

@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--admin-key", default=None)
     v.add_argument("--tokenizer", type=Path, default=DEFAULT_CHECKPOINT / "tokenizer.json")
     v.add_argument("--json", type=Path, default=None, help="write the rows and the summary here")
+    v.add_argument(
+        "--no-live-scale",
+        dest="live_scale",
+        action="store_false",
+        help="predict every case with the cost model as calibrated (default: the first case is the anchor the model is scaled to)",
+    )
     add_workload_arguments(v)
     add_verbosity_flags(v)
     return parser
@@ -168,7 +174,9 @@ def run_validate(args: argparse.Namespace) -> int:
     ]
     requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(load_tokenizer(args.tokenizer))
     with live_server(args.url, args.grpc_url, args.admin_key) as server:
-        result = validate(server, cost, base, engine_shape(engine), cases, requests, level_of(args), args.slo, overheads_of(args))
+        result = validate(
+            server, cost, base, engine_shape(engine), cases, requests, level_of(args), args.slo, overheads_of(args), args.live_scale
+        )
     print(validation_table(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -184,11 +192,17 @@ def _figure(figures: dict, name: str) -> str:
 
 
 def validation_table(result: dict) -> str:
-    lines = [f"{'case':58s} {'tok/s sim/live':>16s} {'TTFT p99 ms':>18s} {'TPOT p50 ms':>16s}"]
+    lines = [f"{'case':58s} {'role':8s} {'tok/s sim/live':>16s} {'TTFT p99 ms':>18s} {'TPOT p50 ms':>16s}"]
     for row in result["rows"]:
         p, m = row["predicted"], row["measured"]
         cells = [f"{_figure(p, n)}/{_figure(m, n)}" for n in ("output_tokens_per_s", "ttft_p99_ms", "tpot_p50_ms")]
-        lines.append(f"{row['case'][:58]:58s} {cells[0]:>16s} {cells[1]:>18s} {cells[2]:>16s}")
+        lines.append(f"{row['case'][:58]:58s} {row.get('role', ''):8s} {cells[0]:>16s} {cells[1]:>18s} {cells[2]:>16s}")
+    scale = result.get("live_scale")
+    if scale:
+        lines.append(
+            f"live scale {scale['factor']:.3f} from the anchor {scale['anchor']} (TPOT p50 measured {scale['measured_tpot_p50_ms']:g} ms,"
+            f" predicted {scale['predicted_tpot_p50_ms']:g} ms unscaled); the medians count the held-out cases only"
+        )
     for name, item in result["summary"].items():
         median = "-" if item["median_abs_error"] is None else f"{item['median_abs_error']:.0%}"
         lines.append(f"median |error| of {name}: {median} (goal <= {item['goal']:.0%}: {'met' if item['met'] else 'not met'})")

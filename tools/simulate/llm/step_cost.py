@@ -19,6 +19,7 @@ and saved with the CPU it was measured on: a cost model is only valid where it w
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -102,6 +103,14 @@ class StepCostModel:
             "max_rel_error": round(float(errors.max()), 4),
         }
         return cls(model.coefficients, model.machine, model.engine, {**model.fit, **quality})
+
+    def scaled(self, factor: float, **note) -> StepCostModel:
+        """Every coefficient times `factor` (tools/simulate/llm/live_scale.py fits it from a live
+        level), with `note` recorded under fit["live_scale"]."""
+        if not 0 < factor < math.inf:
+            raise ValueError(f"a cost model's scale must be a positive number, got {factor}")
+        coefficients = {name: value * factor for name, value in self.coefficients.items()}
+        return StepCostModel(coefficients, self.machine, self.engine, {**self.fit, "live_scale": {"factor": round(factor, 4), **note}})
 
     def to_dict(self) -> dict:
         return asdict(self)

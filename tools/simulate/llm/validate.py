@@ -18,7 +18,7 @@ from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.workload import LlmRequest
 from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, Overheads
 from tools.simulate.llm.live import LiveServer
-from tools.simulate.llm.predict import LevelPlan, predict_level
+from tools.simulate.llm.predict import LevelPlan, LlmPrediction, predict_level
 from tools.simulate.llm.setup import shapes_of
 from tools.simulate.llm.step_cost import StepCostModel
 
@@ -67,20 +67,38 @@ def validate(
     level: LevelPlan,
     slo: Slo,
     overheads: Overheads = NO_OVERHEADS,
+    live_scale: bool = True,
 ) -> dict:
+    """With `live_scale`, the first case is the anchor: measured first, the cost model scaled
+    to its TPOT p50 (tools/simulate/llm/live_scale.py), and the summary counts only the
+    held-out cases after it, predicted with the scaled model."""
     from llm.serving.knobs import parse_knobs
     from tools.simulate.llm.live import engine_parameters
+    from tools.simulate.llm.live_scale import scale_to
 
+    if live_scale and len(cases) < 2:
+        raise ValueError("a live-scaled validation needs two cases or more: the first is the anchor, the rest are held out")
     base_parameters = {**base_parameters, **engine_parameters(cost.engine)}
     shapes = shapes_of(requests)
-    rows = []
-    for case in cases:
+
+    def simulate(model: StepCostModel, case: ValidationCase) -> LlmPrediction:
         config, _ = parse_knobs({**base_parameters, **case.overrides})
-        predicted = predict_level(cost, config, engine, shapes, case.schedule, level, slo, overheads)
+        return predict_level(model, config, engine, shapes, case.schedule, level, slo, overheads)
+
+    rows, scale = [], None
+    for index, case in enumerate(cases):
         server.apply({**base_parameters, **case.overrides})
         measured = server.measure(requests, case.schedule, level, slo)
+        predicted = simulate(cost, case)  # the anchor's before scaling, the held-out ones' after
+        role = "held out" if live_scale else "case"
+        if live_scale and index == 0:
+            role = "anchor"
+            scale = scale_to(cost, lambda model, anchor=case: simulate(model, anchor).figures, measured, case.label())
+            if scale is not None:
+                cost = cost.scaled(scale.factor, anchor=scale.anchor)
         row = {
             "case": case.label(),
+            "role": role,
             "overrides": dict(case.overrides),
             "level": level_label(case.schedule),
             "predicted": predicted.to_dict(),
@@ -88,6 +106,7 @@ def validate(
             "errors": compare(predicted.figures, measured),
             "load_average": server.last_load_average,  # other processes' load slows the live engine, not the simulated one
         }
-        log.info("%s: %s", case.label(), row["errors"])
+        log.info("%s (%s): %s", case.label(), role, row["errors"])
         rows.append(row)
-    return {"rows": rows, "summary": summarize(rows)}
+    judged = [row for row in rows if row["role"] != "anchor"]
+    return {"rows": rows, "summary": summarize(judged), "live_scale": None if scale is None else scale.as_dict()}

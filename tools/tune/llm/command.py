@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tools.cli.arguments import number_list, parse_settings
 from tools.cli.exit_status import run_reporting_errors
@@ -38,6 +39,9 @@ from tools.simulate.llm.predict import LevelPlan, predict_level
 from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, DEFAULT_CONFIG, engine_shape, shapes_of
 from tools.simulate.llm.step_cost import StepCostModel
 from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
+
+if TYPE_CHECKING:
+    from tools.simulate.llm.live import LiveServer
 
 log = logging.getLogger("tune.llm")
 
@@ -92,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_CHECKPOINT / "tokenizer.json")
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports" / "tune-llm")
     parser.add_argument("--simulate-only", action="store_true", help="print the predicted ranking; measure nothing (no server)")
+    parser.add_argument(
+        "--no-live-scale",
+        dest="live_scale",
+        action="store_false",
+        help="rank with the cost model as calibrated (default: measure the config first, scale the model to its TPOT p50, simulate again)",
+    )
     parser.add_argument("--apply", action="store_true", help="write the winner into --config")
     parser.add_argument(
         "--output", type=Path, default=None, help="write the winner's config here (default: only with --apply, into --config)"
@@ -133,11 +143,11 @@ def _cells(figures: Mapping) -> str:
 
 
 def comparison_table(rows: list[dict]) -> str:
-    head = f"{'candidate':52s} {'role':10s} | {'predicted: tok/s good/s TTFT99 TPOT99':38s} | measured: tok/s good/s TTFT99 TPOT99"
+    head = f"{'candidate':52s} {'role':22s} | {'predicted: tok/s good/s TTFT99 TPOT99':38s} | measured: tok/s good/s TTFT99 TPOT99"
     lines = [head]
     for row in rows:
         measured = _cells(row["measured"]) if row.get("measured") else "(not measured)"
-        lines.append(f"{row['label'][:52]:52s} {row['role']:10s} | {_cells(row['predicted']):38s} | {measured}")
+        lines.append(f"{row['label'][:52]:52s} {row['role']:22s} | {_cells(row['predicted']):38s} | {measured}")
     return "\n".join(lines)
 
 
@@ -165,6 +175,7 @@ class LlmTuneSettings:
     tokenizer: Path
     report_dir: Path
     simulate_only: bool
+    live_scale: bool  # scale the cost model to the config's measured level before ranking
     winner_output: Path | None  # where the winner's config is written: --output, else --config with --apply
 
     @classmethod
@@ -231,45 +242,66 @@ def run_tune(settings: LlmTuneSettings) -> int:
     default = {key: base[key] for key in KNOBS if key in base}
     slo, per_request = settings.slo, settings.slo.per_request()
 
-    simulated = []
-    for parameters in [default, *space.candidates()]:
+    def simulate(model: StepCostModel, parameters: dict) -> LevelFigures:
         config, _ = parse_knobs({**base, **parameters})
-        prediction = predict_level(cost, config, engine, shapes, schedule, level, per_request)
-        simulated.append((parameters, prediction.figures))
+        return predict_level(model, config, engine, shapes, schedule, level, per_request).figures
+
+    def simulate_space(model: StepCostModel) -> list[tuple[dict, LevelFigures]]:
+        return [(parameters, simulate(model, parameters)) for parameters in [default, *space.candidates()]]
+
+    def choose(simulated: list[tuple[dict, LevelFigures]]) -> list[tuple[dict, LevelFigures, str]]:
+        """The candidates to measure, the config's own knobs not among them."""
+        if settings.strategy == "grid":
+            return [(parameters, figures, "grid") for parameters, figures in simulated[1:] if parameters != default]
+        return pick_top(ranked_of(simulated), default, simulated[0][1], top)
+
+    def ranked_of(simulated: list[tuple[dict, LevelFigures]]) -> list[tuple[dict, LevelFigures]]:
+        return sorted(simulated[1:], key=lambda item: score(item[1], slo), reverse=True)
+
+    simulated = simulate_space(cost)
     sim_s = time.monotonic() - started
-    ranked = sorted(simulated[1:], key=lambda item: score(item[1], slo), reverse=True)
     log.info("simulated %d candidates in %.1f s with %s", len(simulated), sim_s, source)
-    if settings.strategy == "grid":
-        chosen = [(parameters, figures, "grid") for parameters, figures in simulated[1:] if parameters != default]
-    else:
-        chosen = pick_top(ranked, default, simulated[0][1], top)
-    chosen.append((default, simulated[0][1], "config"))
     if settings.simulate_only:
+        chosen = [*choose(simulated), (default, simulated[0][1], "config")]
         rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
         print(f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(schedule)}; SLO {slo.describe()}")
         print(comparison_table(rows))
         return 0
 
     from tools.simulate.llm.live import engine_parameters
+    from tools.simulate.llm.live_scale import scale_to
 
     engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
-    rows = []
+    rows, live_scale = [], None
+
+    def measure(server: LiveServer, parameters: dict, predicted: LevelFigures, role: str) -> LevelFigures:
+        server.apply({**base, **engine_knobs, **parameters})
+        measured = server.measure(requests, schedule, level, per_request)
+        rows.append(
+            {
+                "label": label(parameters),
+                "role": role,
+                "parameters": parameters,
+                "predicted": predicted.as_dict(),
+                "measured": measured.as_dict(),
+                "meets_slo": slo.met_by(measured),
+                "load_average": server.last_load_average,
+            }
+        )
+        log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
+        return measured
+
     with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
-        for parameters, predicted, role in chosen:
-            server.apply({**base, **engine_knobs, **parameters})
-            measured = server.measure(requests, schedule, level, per_request)
-            rows.append(
-                {
-                    "label": label(parameters),
-                    "role": role,
-                    "parameters": parameters,
-                    "predicted": predicted.as_dict(),
-                    "measured": measured.as_dict(),
-                    "meets_slo": slo.met_by(measured),
-                    "load_average": server.last_load_average,
-                }
-            )
-            log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
+        anchor = measure(server, default, simulated[0][1], "config")  # first: the level the cost model is scaled to
+        if settings.live_scale:
+            live_scale = scale_to(cost, lambda model: simulate(model, default), anchor, f"{label(default)} @ {level_label(schedule)}")
+        if live_scale is not None:
+            cost = cost.scaled(live_scale.factor, anchor=live_scale.anchor)
+            rows[0]["role"] = "config, anchor"
+            simulated = simulate_space(cost)
+        for parameters, predicted, role in choose(simulated):
+            measure(server, parameters, predicted, role)
+    ranked = ranked_of(simulated)
     best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
     best["role"] += ", winner"
     print(
@@ -277,6 +309,11 @@ def run_tune(settings: LlmTuneSettings) -> int:
         f"{level_label(schedule)}; SLO {slo.describe()}"
     )
     print(comparison_table(rows))
+    if live_scale is not None:
+        print(
+            f"predictions scaled by {live_scale.factor:.3f}, fitted to the config's measured TPOT p50 "
+            f"({live_scale.measured_tpot_p50_ms:g} ms; {live_scale.predicted_tpot_p50_ms:g} ms predicted unscaled)"
+        )
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
@@ -287,6 +324,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
         "machine": cost.machine,
         "simulated": len(simulated),
         "simulate_s": round(sim_s, 2),
+        "live_scale": None if live_scale is None else live_scale.as_dict(),
         "wall_s": round(time.monotonic() - started, 1),
         "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in ranked[:20]],
         "measured": rows,
