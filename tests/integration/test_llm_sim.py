@@ -59,6 +59,8 @@ def test_validation_scales_the_model_to_the_first_case_and_judges_the_held_out_o
     assert scale["predicted_tpot_p50_ms"] == anchor["predicted"]["tpot_p50_ms"]  # the anchor's row: before scaling
     assert scale["fitted_tpot_p50_ms"] == pytest.approx(scale["measured_tpot_p50_ms"], rel=0.05) or scale["factor"] in FACTOR_RANGE
     assert result["summary"]["tpot_p50_ms"]["rows"] == 1  # the held-out case only
+    assert result["summary_as_calibrated"]["tpot_p50_ms"]["rows"] == 1  # its measurement against the unscaled model too
+    assert set(held_out["errors_as_calibrated"]) == set(held_out["errors"])
     assert llm_triton.client.config(LLM_MODEL) == before
 
 

@@ -175,3 +175,14 @@ def test_a_cost_model_saved_before_the_multi_row_feature_still_loads_with_it_at_
     old = {name: 0.001 for name in FEATURES if name != "multi_row"}
     path.write_text(json.dumps({"kind": "llm-step-cost", "coefficients": old}))
     assert StepCostModel.load(path).coefficients["multi_row"] == 0.0
+
+
+def test_a_level_starting_further_on_in_the_workload_simulates_those_requests_as_the_live_driver_sends_them():
+    # request 1 of the workload (100 prompt tokens, 4 chunks of 32) first, then request 0 (8 tokens, one step)
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32, long_prefill_token_threshold=32)
+    requests = [RequestShape(8, 2), RequestShape(100, 2)]
+    result = simulate(config, requests, seconds=0.055, streams=1, first_request=1)
+    first, second = result.records[:2]
+    assert (first.tokens_in, second.tokens_in) == (100, 8)
+    assert first.ttft_s == pytest.approx(0.04)
+    assert second.ttft_s == pytest.approx(0.01)

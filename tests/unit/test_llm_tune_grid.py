@@ -7,7 +7,7 @@ import pytest
 
 from tools.tune.llm.command import LlmTuneSettings, build_parser
 from tools.tune.llm.space import LlmSpace
-from tools.tune.llm.versus_grid import _without_option, compare
+from tools.tune.llm.versus_grid import _without_option, compare, grid_prediction_errors
 
 
 def settings(*argv: str) -> LlmTuneSettings:
@@ -48,9 +48,10 @@ def test_an_unknown_axis_is_refused():
         LlmSpace().with_axes(max_num_sequences=[4])
 
 
-def row(parameters: dict, goodput: float, meets: bool = True, tokens: float = 50.0) -> dict:
-    measured = {"goodput_rps": goodput, "output_tokens_per_s": tokens, "ttft_p99_ms": 1000.0, "tpot_p99_ms": 200.0}
-    return {"parameters": parameters, "measured": measured, "meets_slo": meets}
+def row(parameters: dict, goodput: float, meets: bool = True, tokens: float = 50.0, predicted_tokens: float = 50.0, role="grid") -> dict:
+    measured = {"goodput_rps": goodput, "output_tokens_per_s": tokens, "ttft_p99_ms": 1000.0, "tpot_p99_ms": 200.0, "tpot_p50_ms": 150.0}
+    predicted = {**measured, "output_tokens_per_s": predicted_tokens}
+    return {"parameters": parameters, "measured": measured, "predicted": predicted, "meets_slo": meets, "role": role}
 
 
 A, B, C, CONFIG = ({"max_num_seqs": str(n)} for n in (4, 8, 16, 32))
@@ -84,3 +85,17 @@ def test_a_pick_below_the_grids_best_or_too_slow_misses_the_goals():
 def test_the_grid_run_replaces_the_cost_model_option_in_either_spelling():
     assert _without_option(["--quick", "--cost-model", "calibrate", "--seed", "1"], "--cost-model") == ["--quick", "--seed", "1"]
     assert _without_option(["--cost-model=auto", "--quick"], "--cost-model") == ["--quick"]
+
+
+def test_the_simulators_error_over_the_grid_leaves_out_the_anchor_its_scale_came_from():
+    grid = {
+        "measured": [
+            row(A, 0.7, predicted_tokens=55.0),  # +10 %
+            row(B, 0.7, predicted_tokens=40.0),  # -20 %
+            row(C, 0.7, predicted_tokens=50.0),  # 0
+            row(CONFIG, 0.7, predicted_tokens=500.0, role="config, anchor"),  # +900 %, the level the model was scaled to
+        ]
+    }
+    errors = grid_prediction_errors(grid)
+    assert errors["output_tokens_per_s"] == {"median_abs_error": 0.1, "goal": 0.1, "met": True, "rows": 3}
+    assert errors["tpot_p50_ms"]["median_abs_error"] == 0.0

@@ -32,7 +32,7 @@ from tools.llmbench.targets import LLAMA_SERVER, MODEL, MODES, LlamaServerTarget
 from tools.load.llm.clients import StreamClient
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord
-from tools.load.llm.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths
+from tools.load.llm.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths, warmup_request
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output-lengths", type=LengthRange.parse, default=LengthRange(16, 256), help="output tokens, LOW-HIGH (default 16-256)"
     )
-    parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload (levels cycle through it)")
+    parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload (each level starts at its own part of it)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slo", type=Slo.parse, default=DEFAULT_SLO, help="per-request objectives in seconds (default ttft=3,tpot=0.3)")
     parser.add_argument("--url", help="a running Triton (host:http_port) in explicit model-control mode; default: start one")
@@ -185,12 +185,15 @@ async def measure_target(
     """Per level: (schedule, records, duration, late sends, load average at its start)."""
     await client.open()
     try:
-        for index in range(2):  # warm-up, not measured
-            warm = LlmRequest(-1 - index, requests[index].prompt, requests[index].prompt_tokens, 8)
-            await client.generate(warm, StreamRecord(-1, 0.0), time.perf_counter)
+        for _ in range(2):  # warm-up, not measured
+            await client.generate(warmup_request(8), StreamRecord(-1, 0.0), time.perf_counter)
         runs = []
-        for number, schedule in enumerate(plan.schedules()):
-            driver = LevelDriver(client, requests, plan.seconds, plan.drain_s, seed=seed + number, warmup_s=plan.warmup_s)
+        schedules = list(plan.schedules())
+        stride = max(len(requests) // len(schedules), 1)  # each level its own part of the workload, the same for every target
+        for number, schedule in enumerate(schedules):
+            driver = LevelDriver(
+                client, requests, plan.seconds, plan.drain_s, seed=seed + number, warmup_s=plan.warmup_s, first_request=number * stride
+            )
             run = await driver.run(schedule)
             runs.append((schedule, run.records, run.duration_s, run.late_sends, run.load_average))
         return runs

@@ -90,6 +90,13 @@ class LlmRequest:
     max_tokens: int
 
 
+def warmup_request(max_tokens: int) -> LlmRequest:
+    """An unmeasured request before a level, with a prompt no workload request starts with
+    (each starts with its own index): warming up with the level's first prompt would leave it
+    in a prefix cache and give that request a cache hit."""
+    return LlmRequest(-1, "Warm-up: reply with one short greeting.", 9, max_tokens)
+
+
 class Tokenizer:
     """What the workload needs of a tokenizer (the `tokenizers` library's Tokenizer, wrapped)."""
 

@@ -55,7 +55,9 @@ class SimSetup:
     def simulation(self, setting: LlmSetting) -> EngineSimulation:
         config = Scheduler.with_step_limits(self.config, **dataclasses.asdict(setting))
         level = self.level
-        return EngineSimulation(self.cost, config, self.engine, self.requests, level.seconds, level.drain_s, self.overheads, level.seed)
+        return EngineSimulation(
+            self.cost, config, self.engine, self.requests, level.seconds, level.drain_s, self.overheads, level.seed, level.first_request
+        )
 
 
 def run_static(setup: SimSetup, setting: LlmSetting) -> SimRow:

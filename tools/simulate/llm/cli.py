@@ -203,9 +203,13 @@ def validation_table(result: dict) -> str:
             f"live scale {scale['factor']:.3f} from the anchor {scale['anchor']} (TPOT p50 measured {scale['measured_tpot_p50_ms']:g} ms,"
             f" predicted {scale['predicted_tpot_p50_ms']:g} ms unscaled); the medians count the held-out cases only"
         )
+    unscaled = result.get("summary_as_calibrated", {})
     for name, item in result["summary"].items():
         median = "-" if item["median_abs_error"] is None else f"{item['median_abs_error']:.0%}"
-        lines.append(f"median |error| of {name}: {median} (goal <= {item['goal']:.0%}: {'met' if item['met'] else 'not met'})")
+        line = f"median |error| of {name}: {median} (goal <= {item['goal']:.0%}: {'met' if item['met'] else 'not met'})"
+        if unscaled.get(name, {}).get("median_abs_error") is not None:
+            line += f"; {unscaled[name]['median_abs_error']:.0%} with the model as calibrated"
+        lines.append(line)
     return "\n".join(lines)
 
 

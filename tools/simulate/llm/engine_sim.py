@@ -3,7 +3,8 @@
 llm/scheduler is pure (the time is passed in), so this drives the very code the server runs
 (one source of truth for the policy) with a step that takes the cost model's seconds instead
 of running the model. Requests arrive as tools.llmbench's driver sends them (the same seeded
-Poisson offsets, or N closed-loop streams sending the next request when the last one ended),
+Poisson offsets, or N closed-loop streams sending the next request when the last one ended,
+from the same place in the workload),
 are taken in at the start of the next step as EngineLoop does, and generate exactly
 `max_tokens` tokens (the benchmark ignores EOS). Each request becomes a StreamRecord, so the
 figures (TTFT, TPOT, ITL, goodput) are tools.llmbench's own definitions, not a second copy.
@@ -105,6 +106,7 @@ class EngineSimulation:
         drain_s: float,
         overheads: Overheads = NO_OVERHEADS,
         seed: int = 0,
+        first_request: int = 0,
     ) -> None:
         if not requests:
             raise ValueError("a simulation needs at least one request shape")
@@ -112,7 +114,7 @@ class EngineSimulation:
             raise ValueError(f"a level lasts > 0 s and drains >= 0 s, got {seconds:g} and {drain_s:g}")
         self.cost, self.config, self.engine = cost, config, engine
         self.requests, self.seconds, self.drain_s = requests, seconds, drain_s
-        self.overheads, self.seed = overheads, seed
+        self.overheads, self.seed, self.first_request = overheads, seed, first_request
 
     def run(self, schedule: Schedule, on_step: Callable[[float, Scheduler, list[StreamRecord]], None] | None = None) -> SimResult:
         """`on_step(end, scheduler, records)` after every step (tools.adapt's controller
@@ -143,7 +145,7 @@ class EngineSimulation:
         while now < limit:
             while arrivals and arrivals[0][0] <= now:
                 _, index, stream = heapq.heappop(arrivals)
-                shape = self.requests[index % len(self.requests)]
+                shape = self.requests[(self.first_request + index) % len(self.requests)]
                 request = GenerationRequest(
                     str(index),
                     prompt_token_ids(index, shape.prompt_tokens),

@@ -21,7 +21,7 @@ from tools.llmbench.driver import LevelDriver, Schedule
 from tools.load.llm.clients import TritonStreamClient
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord
-from tools.load.llm.workload import LlmRequest
+from tools.load.llm.workload import LlmRequest, warmup_request
 from tools.paths import BUILD_DIR
 from tools.simulate.llm.predict import LevelPlan
 from tools.triton_client import TritonClient
@@ -49,9 +49,12 @@ class LiveServer:
         log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), time.monotonic() - started)
 
     last_load_average: float | None = None  # the machine's 1-minute load when the last level started
+    last_sent: int = 0  # requests the last level sent: where the next level may start in the workload
 
     def measure(self, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan, slo: Slo) -> LevelFigures:
-        records, duration, self.last_load_average = asyncio.run(_drive(self.grpc_url, self.model, requests, schedule, level))
+        records, duration, self.last_load_average, self.last_sent = asyncio.run(
+            _drive(self.grpc_url, self.model, requests, schedule, level)
+        )
         return LevelFigures.of(records, duration, slo)
 
 
@@ -69,14 +72,14 @@ def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
 
 async def _drive(
     grpc_url: str, model: str, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan
-) -> tuple[list[StreamRecord], float, float | None]:
+) -> tuple[list[StreamRecord], float, float | None, int]:
     client = TritonStreamClient(grpc_url, model)
     await client.open()
     try:
-        warm = LlmRequest(-1, requests[0].prompt, requests[0].prompt_tokens, 4)
-        await client.generate(warm, StreamRecord(-1, 0.0), time.perf_counter)  # not measured
-        run = await LevelDriver(client, requests, level.seconds, level.drain_s, seed=level.seed).run(schedule)
-        return run.records, run.duration_s, run.load_average
+        await client.generate(warmup_request(4), StreamRecord(-1, 0.0), time.perf_counter)  # not measured, shares no prompt
+        driver = LevelDriver(client, requests, level.seconds, level.drain_s, seed=level.seed, first_request=level.first_request)
+        run = await driver.run(schedule)
+        return run.records, run.duration_s, run.load_average, run.sent
     finally:
         await client.close()
 

@@ -19,6 +19,7 @@ class LevelPlan:
     seconds: float = 60.0
     drain_s: float = 30.0
     seed: int = 0
+    first_request: int = 0  # where in the workload the level starts (tools.llmbench.driver)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ def predict_level(
     slo: Slo,
     overheads: Overheads = NO_OVERHEADS,
 ) -> LlmPrediction:
-    result = EngineSimulation(cost, config, engine, requests, level.seconds, level.drain_s, overheads, level.seed).run(schedule)
+    result = EngineSimulation(cost, config, engine, requests, level.seconds, level.drain_s, overheads, level.seed, level.first_request).run(
+        schedule
+    )
     return LlmPrediction(
         level_label(schedule),
         result.figures(slo),

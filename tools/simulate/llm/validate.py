@@ -8,6 +8,7 @@ the goals of issue 20 (Vidur's): throughput within 10 %, TTFT p99 and TPOT p50 w
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
@@ -37,11 +38,11 @@ def compare(predicted: LevelFigures, measured: LevelFigures) -> dict[str, float 
     return {name: relative_error(getattr(predicted, name), getattr(measured, name)) for name in GOALS}
 
 
-def summarize(rows: Sequence[Mapping]) -> dict:
+def summarize(rows: Sequence[Mapping], key: str = "errors") -> dict:
     """Median |error| per figure over the rows that have one, and whether it meets its goal."""
     summary = {}
     for name, goal in GOALS.items():
-        errors = [abs(row["errors"][name]) for row in rows if row["errors"].get(name) is not None]
+        errors = [abs(row[key][name]) for row in rows if row.get(key, {}).get(name) is not None]
         median = round(statistics.median(errors), 4) if errors else None
         summary[name] = {"median_abs_error": median, "goal": goal, "met": median is not None and median <= goal, "rows": len(errors)}
     return summary
@@ -81,19 +82,21 @@ def validate(
     base_parameters = {**base_parameters, **engine_parameters(cost.engine)}
     shapes = shapes_of(requests)
 
-    def simulate(model: StepCostModel, case: ValidationCase) -> LlmPrediction:
+    def simulate(model: StepCostModel, case: ValidationCase, level: LevelPlan) -> LlmPrediction:
         config, _ = parse_knobs({**base_parameters, **case.overrides})
         return predict_level(model, config, engine, shapes, case.schedule, level, slo, overheads)
 
-    rows, scale = [], None
+    rows, scale, calibrated, first = [], None, cost, 0
     for index, case in enumerate(cases):
         server.apply({**base_parameters, **case.overrides})
-        measured = server.measure(requests, case.schedule, level, slo)
-        predicted = simulate(cost, case)  # the anchor's before scaling, the held-out ones' after
+        level_here = dataclasses.replace(level, first_request=first)  # no prompt an earlier level left in the prefix cache
+        measured = server.measure(requests, case.schedule, level_here, slo)
+        first = (first + server.last_sent) % len(requests)
+        predicted = simulate(cost, case, level_here)  # the anchor's before scaling, the held-out ones' after
         role = "held out" if live_scale else "case"
         if live_scale and index == 0:
             role = "anchor"
-            scale = scale_to(cost, lambda model, anchor=case: simulate(model, anchor).figures, measured, case.label())
+            scale = scale_to(cost, lambda model, anchor=case, at=level_here: simulate(model, anchor, at).figures, measured, case.label())
             if scale is not None:
                 cost = cost.scaled(scale.factor, anchor=scale.anchor)
         row = {
@@ -101,12 +104,20 @@ def validate(
             "role": role,
             "overrides": dict(case.overrides),
             "level": level_label(case.schedule),
+            "first_request": level_here.first_request,
             "predicted": predicted.to_dict(),
             "measured": measured.as_dict(),
             "errors": compare(predicted.figures, measured),
             "load_average": server.last_load_average,  # other processes' load slows the live engine, not the simulated one
         }
+        if scale is not None and role == "held out":  # the same measurement against the model as calibrated
+            unscaled = simulate(calibrated, case, level_here)
+            row["predicted_as_calibrated"] = unscaled.to_dict()
+            row["errors_as_calibrated"] = compare(unscaled.figures, measured)
         log.info("%s (%s): %s", case.label(), role, row["errors"])
         rows.append(row)
     judged = [row for row in rows if row["role"] != "anchor"]
-    return {"rows": rows, "summary": summarize(judged), "live_scale": None if scale is None else scale.as_dict()}
+    result = {"rows": rows, "summary": summarize(judged), "live_scale": None if scale is None else scale.as_dict()}
+    if scale is not None:
+        result["summary_as_calibrated"] = summarize(judged, "errors_as_calibrated")
+    return result

@@ -35,13 +35,15 @@ from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
-from tools.simulate.llm.predict import LevelPlan, predict_level
+from tools.simulate.llm.predict import LevelPlan
 from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, DEFAULT_CONFIG, engine_shape, shapes_of
 from tools.simulate.llm.step_cost import StepCostModel
+from tools.tune.llm.simulated_space import Simulated, SimulatedSpace
 from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
 
 if TYPE_CHECKING:
     from tools.simulate.llm.live import LiveServer
+    from tools.simulate.llm.live_scale import LiveScale
 
 log = logging.getLogger("tune.llm")
 
@@ -209,104 +211,37 @@ class LlmTuneSettings:
         )
 
 
-def pick_top(ranked: list[tuple[dict, LevelFigures]], default: dict, default_figures: LevelFigures, top: int) -> list:
-    """The `top` best predicted candidates other than the config, skipping any predicted to
-    behave exactly as one already chosen (or as the config): measuring it adds nothing."""
-    chosen: list[tuple[dict, LevelFigures, str]] = []
-    seen = [default_figures]
-    for parameters, figures in ranked:
-        if len(chosen) == top:
-            break
-        if parameters != default and figures not in seen:
-            chosen.append((parameters, figures, f"top {len(chosen) + 1}"))
-            seen.append(figures)
-    return chosen
-
-
 def run_tune(settings: LlmTuneSettings) -> int:
     from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
     from tools.llmbench.__main__ import load_tokenizer
     from tools.load.llm.workload import Workload
-    from tools.simulate.llm.live import live_server
 
     started = time.monotonic()
     base = parameters_from_pbtxt(settings.config)
     _, engine_config = parse_knobs(base)
-    engine = engine_shape(engine_config)
-    space = settings.space
-    level, top, schedule = settings.level, settings.top, settings.schedule
     cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads)
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
     requests = workload.build(load_tokenizer(settings.tokenizer))
-    shapes = shapes_of(requests)
     default = {key: base[key] for key in KNOBS if key in base}
-    slo, per_request = settings.slo, settings.slo.per_request()
-
-    def simulate(model: StepCostModel, parameters: dict) -> LevelFigures:
-        config, _ = parse_knobs({**base, **parameters})
-        return predict_level(model, config, engine, shapes, schedule, level, per_request).figures
-
-    def simulate_space(model: StepCostModel) -> list[tuple[dict, LevelFigures]]:
-        return [(parameters, simulate(model, parameters)) for parameters in [default, *space.candidates()]]
-
-    def choose(simulated: list[tuple[dict, LevelFigures]]) -> list[tuple[dict, LevelFigures, str]]:
-        """The candidates to measure, the config's own knobs not among them."""
-        if settings.strategy == "grid":
-            return [(parameters, figures, "grid") for parameters, figures in simulated[1:] if parameters != default]
-        return pick_top(ranked_of(simulated), default, simulated[0][1], top)
-
-    def ranked_of(simulated: list[tuple[dict, LevelFigures]]) -> list[tuple[dict, LevelFigures]]:
-        return sorted(simulated[1:], key=lambda item: score(item[1], slo), reverse=True)
-
-    simulated = simulate_space(cost)
+    space = SimulatedSpace(base, default, engine_shape(engine_config), shapes_of(requests), settings.schedule, settings.level, settings.slo)
+    simulated = space.simulate(cost, settings.space.candidates())
     sim_s = time.monotonic() - started
     log.info("simulated %d candidates in %.1f s with %s", len(simulated), sim_s, source)
     if settings.simulate_only:
-        chosen = [*choose(simulated), (default, simulated[0][1], "config")]
+        chosen = [*space.to_measure(simulated, settings.strategy, settings.top), (default, simulated[0][1], "config")]
         rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
-        print(f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(schedule)}; SLO {slo.describe()}")
+        print(
+            f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(settings.schedule)}; SLO {settings.slo.describe()}"
+        )
         print(comparison_table(rows))
         return 0
-
-    from tools.simulate.llm.live import engine_parameters
-    from tools.simulate.llm.live_scale import scale_to
-
-    engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
-    rows, live_scale = [], None
-
-    def measure(server: LiveServer, parameters: dict, predicted: LevelFigures, role: str) -> LevelFigures:
-        server.apply({**base, **engine_knobs, **parameters})
-        measured = server.measure(requests, schedule, level, per_request)
-        rows.append(
-            {
-                "label": label(parameters),
-                "role": role,
-                "parameters": parameters,
-                "predicted": predicted.as_dict(),
-                "measured": measured.as_dict(),
-                "meets_slo": slo.met_by(measured),
-                "load_average": server.last_load_average,
-            }
-        )
-        log.info("%s (%s): measured %s", label(parameters), role, measured.as_dict())
-        return measured
-
-    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
-        anchor = measure(server, default, simulated[0][1], "config")  # first: the level the cost model is scaled to
-        if settings.live_scale:
-            live_scale = scale_to(cost, lambda model: simulate(model, default), anchor, f"{label(default)} @ {level_label(schedule)}")
-        if live_scale is not None:
-            cost = cost.scaled(live_scale.factor, anchor=live_scale.anchor)
-            rows[0]["role"] = "config, anchor"
-            simulated = simulate_space(cost)
-        for parameters, predicted, role in choose(simulated):
-            measure(server, parameters, predicted, role)
-    ranked = ranked_of(simulated)
+    rows, live_scale, simulated = measure_live(settings, space, cost, simulated, requests)
+    slo = settings.slo
     best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
     best["role"] += ", winner"
     print(
         f"{settings.strategy}: {len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under "
-        f"{level_label(schedule)}; SLO {slo.describe()}"
+        f"{level_label(settings.schedule)}; SLO {slo.describe()}"
     )
     print(comparison_table(rows))
     if live_scale is not None:
@@ -319,14 +254,14 @@ def run_tune(settings: LlmTuneSettings) -> int:
     report = {
         "strategy": settings.strategy,
         "slo": vars(slo),
-        "level": {"schedule": level_label(schedule), **vars(level)},
+        "level": {"schedule": level_label(settings.schedule), **vars(settings.level)},
         "cost_model": source,
         "machine": cost.machine,
         "simulated": len(simulated),
         "simulate_s": round(sim_s, 2),
         "live_scale": None if live_scale is None else live_scale.as_dict(),
         "wall_s": round(time.monotonic() - started, 1),
-        "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in ranked[:20]],
+        "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in space.ranked(simulated)[:20]],
         "measured": rows,
         "winner": best["parameters"],
     }
@@ -336,6 +271,51 @@ def run_tune(settings: LlmTuneSettings) -> int:
         write_winner(settings.config, best["parameters"], target)
         print(f"wrote the winner's parameters into {target}")
     return 0
+
+
+def measure_live(
+    settings: LlmTuneSettings, space: SimulatedSpace, cost: StepCostModel, simulated: Simulated, requests: list
+) -> tuple[list[dict], LiveScale | None, Simulated]:
+    """Measure the config first (the anchor the cost model is scaled to, unless
+    --no-live-scale), simulate the space again with the scaled model, then measure the
+    candidates the strategy chooses. Returns the measured rows, the scale and the simulation
+    the choice was made on."""
+    from tools.simulate.llm.live import engine_parameters, live_server
+    from tools.simulate.llm.live_scale import scale_to
+
+    engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
+    per_request = settings.slo.per_request()
+    rows: list[dict] = []
+    live_scale = None
+
+    def measure(server: LiveServer, knobs: dict, predicted: LevelFigures, role: str) -> LevelFigures:
+        server.apply({**space.base, **engine_knobs, **knobs})
+        measured = server.measure(requests, settings.schedule, settings.level, per_request)
+        rows.append(
+            {
+                "label": label(knobs),
+                "role": role,
+                "parameters": knobs,
+                "predicted": predicted.as_dict(),
+                "measured": measured.as_dict(),
+                "meets_slo": settings.slo.met_by(measured),
+                "load_average": server.last_load_average,
+            }
+        )
+        log.info("%s (%s): measured %s", label(knobs), role, measured.as_dict())
+        return measured
+
+    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
+        anchor = measure(server, space.default, simulated[0][1], "config")
+        if settings.live_scale:
+            anchor_label = f"{label(space.default)} @ {level_label(settings.schedule)}"
+            live_scale = scale_to(cost, lambda model: space.figures(model, space.default), anchor, anchor_label)
+        if live_scale is not None:
+            rows[0]["role"] = "config, anchor"
+            simulated = space.simulate(cost.scaled(live_scale.factor, anchor=live_scale.anchor), settings.space.candidates())
+        for knobs, predicted, role in space.to_measure(simulated, settings.strategy, settings.top):
+            measure(server, knobs, predicted, role)
+    return rows, live_scale, simulated
 
 
 def run(argv: list[str]) -> int:

@@ -25,6 +25,7 @@ from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.machine import cpu_line, describe_cpu
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
+from tools.simulate.llm.validate import GOALS, relative_error, summarize
 from tools.tune.llm.command import run as run_tune
 
 log = logging.getLogger("tune.llm.versus_grid")
@@ -43,6 +44,14 @@ def _score(row: dict) -> tuple:
     return (row["meets_slo"], figures["goodput_rps"], figures["output_tokens_per_s"] if row["meets_slo"] else 0.0)
 
 
+def grid_prediction_errors(grid: dict) -> dict:
+    """The simulator's median |error| over the grid's measured candidates, the anchor left out
+    (its level scaled the model): issue 20's accuracy goals on every config of the space."""
+    held_out = [row for row in grid["measured"] if "anchor" not in row["role"]]
+    rows = [{"errors": {name: relative_error(row["predicted"].get(name), row["measured"].get(name)) for name in GOALS}} for row in held_out]
+    return summarize(rows)
+
+
 def compare(guided: dict, grid: dict) -> dict:
     """The figures the benchmark reports, from the two tune reports (tune-llm.json)."""
     pick = guided["winner"]
@@ -59,6 +68,8 @@ def compare(guided: dict, grid: dict) -> dict:
         "pick": {"parameters": pick, "measured": pick_row["measured"], "meets_slo": pick_row["meets_slo"]},
         "pick_in_grid": None if pick_in_grid is None else {"rank": rank, "measured": pick_in_grid["measured"]},
         "grid_best": {"parameters": grid_best["parameters"], "measured": grid_best["measured"], "meets_slo": grid_best["meets_slo"]},
+        "live_scale": {"model-guided": guided.get("live_scale"), "grid": grid.get("live_scale")},
+        "grid_prediction_errors": grid_prediction_errors(grid),
         "guided_wall_s": guided["wall_s"],
         "grid_wall_s": grid["wall_s"],
         "wall_ratio": round(wall_ratio, 3),
@@ -91,6 +102,14 @@ def summary_text(result: dict, cpu: str) -> str:
         f"(ratio {result['wall_ratio']:.2f}, goal <= 0.33)",
         "goals: " + ", ".join(f"{name.replace('_', ' ')}: {'yes' if met else 'no'}" for name, met in goal.items()),
     ]
+    errors = result.get("grid_prediction_errors", {})
+    if errors:
+        cells = [
+            f"{name} {item['median_abs_error']:.0%} (goal {item['goal']:.0%})"
+            for name, item in errors.items()
+            if item["median_abs_error"] is not None
+        ]
+        lines.append("the simulator over the grid's candidates, median |error|: " + ", ".join(cells))
     return "\n".join(lines)
 
 
