@@ -12,7 +12,7 @@ PLAN_LLM_ARGS ?= --rate 1
 LLM_VALIDATE_ARGS ?=
 LLM_THREADS ?= 0
 # a space small enough for a live grid, at a load and SLO where the knobs bind on a 2-core CPU
-BENCH_TUNE_LLM_ARGS ?= --slo ttft_p99=5s,tpot_p99=300ms --concurrency 8 --quick --cost-model calibrate \
+BENCH_TUNE_LLM_ARGS ?= --slo ttft_p99=5s,tpot_p99=300ms --concurrency 8 --quick --cost-model calibrate --live-scale \
 	--max-num-seqs 4,8 --max-num-batched-tokens 64,256,512 --long-prefill-token-threshold 64,256 --max-wait-ms 0,100
 # LLM_THREADS: torch threads when calibrating (0: torch's default, as the server; 1 on a crowded machine)
 

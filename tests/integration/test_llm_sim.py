@@ -39,7 +39,19 @@ def test_validation_scales_the_model_to_the_first_case_and_judges_the_held_out_o
     out = tmp_path / "validation.json"
     args = [
         *("llm", "validate", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
-        *("--cases", "max_num_seqs=2;max_num_seqs=1", "--concurrency", "2", "--rates", "", "--seconds", "3", "--drain", "60"),
+        *(
+            "--cases",
+            "max_num_seqs=2;max_num_seqs=1",
+            "--concurrency",
+            "2",
+            "--rates",
+            "",
+            "--seconds",
+            "3",
+            "--drain",
+            "60",
+            "--live-scale",
+        ),
         *TINY_LOAD,
         *("--json", str(out), "-q"),
     ]
@@ -71,7 +83,7 @@ def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_m
     written = tmp_path / "config.pbtxt"
     args = [
         *("--model", "llm", "--slo", "ttft_p99=5s,tpot_p99=1s", "--cost-model", str(cost_model(tmp_path)), *server_args(llm_triton)),
-        *("--quick", "--top", "1", "--concurrency", "2", "--seconds", "3", "--drain", "60", *TINY_LOAD),
+        *("--quick", "--top", "1", "--concurrency", "2", "--seconds", "3", "--drain", "60", "--live-scale", *TINY_LOAD),
         *("--report-dir", str(tmp_path / "report"), "--output", str(written), "-q"),
     ]
     assert run(args) == 0
@@ -101,6 +113,7 @@ def test_a_tiny_grid_measures_every_candidate_of_the_space_given_and_the_config(
     assert run(args) == 0
     report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
     assert report["strategy"] == "grid"
+    assert report["live_scale"] is None  # not asked for: the cost model as calibrated
     measured = {(row["role"].split(",")[0], row["parameters"]["max_num_seqs"]) for row in report["measured"]}
     committed = load_config(DEFAULT_CONFIG).parameters["max_num_seqs"].string_value
     assert measured == {("grid", "1"), ("grid", "2"), ("config", committed)}

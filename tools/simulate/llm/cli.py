@@ -100,10 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--tokenizer", type=Path, default=DEFAULT_CHECKPOINT / "tokenizer.json")
     v.add_argument("--json", type=Path, default=None, help="write the rows and the summary here")
     v.add_argument(
-        "--no-live-scale",
-        dest="live_scale",
-        action="store_false",
-        help="predict every case with the cost model as calibrated (default: the first case is the anchor the model is scaled to)",
+        "--live-scale",
+        action="store_true",
+        help="the first case is an anchor: scale the cost model to its TPOT p50, judge the others (held out) both ways",
     )
     add_workload_arguments(v)
     add_verbosity_flags(v)

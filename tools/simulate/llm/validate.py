@@ -68,7 +68,7 @@ def validate(
     level: LevelPlan,
     slo: Slo,
     overheads: Overheads = NO_OVERHEADS,
-    live_scale: bool = True,
+    live_scale: bool = False,
 ) -> dict:
     """With `live_scale`, the first case is the anchor: measured first, the cost model scaled
     to its TPOT p50 (tools/simulate/llm/live_scale.py), and the summary counts only the

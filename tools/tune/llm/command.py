@@ -99,10 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report-dir", type=Path, default=REPO_ROOT / "reports" / "tune-llm")
     parser.add_argument("--simulate-only", action="store_true", help="print the predicted ranking; measure nothing (no server)")
     parser.add_argument(
-        "--no-live-scale",
-        dest="live_scale",
-        action="store_false",
-        help="rank with the cost model as calibrated (default: measure the config first, scale the model to its TPOT p50, simulate again)",
+        "--live-scale",
+        action="store_true",
+        help="scale the cost model to the config's measured TPOT p50 (measured first) and simulate again before choosing",
     )
     parser.add_argument("--apply", action="store_true", help="write the winner into --config")
     parser.add_argument(
