@@ -145,6 +145,11 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
+        # logged on both sides: when an unload hangs, the log tells whether Triton got as far as
+        # finalize (docs/llm.md, Known issues)
+        started = time.monotonic()
+        pb_utils.Logger.log_info(f"llm: finalize: stopping the engine loop ({self.open_senders.count} requests with a sender open)")
         self.loop.stop(timeout_s=10)
         if self.metrics is not None:
             self.metrics.close()
+        pb_utils.Logger.log_info(f"llm: finalized in {time.monotonic() - started:.1f} s")
