@@ -90,7 +90,7 @@ def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_m
     report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
     assert report["simulated"] > 10
     roles = [row["role"].split(",")[0] for row in report["measured"]]
-    assert roles == ["config", "top 1"]  # the config first: the level the cost model is scaled to
+    assert roles == ["config", "top 1"]  # with --live-scale the config first: the level the cost model is scaled to
     assert report["measured"][0]["role"].startswith("config, anchor")
     assert report["live_scale"]["factor"] > 0
     for row in report["measured"]:
@@ -114,6 +114,7 @@ def test_a_tiny_grid_measures_every_candidate_of_the_space_given_and_the_config(
     report = json.loads((tmp_path / "report" / "tune-llm.json").read_text())
     assert report["strategy"] == "grid"
     assert report["live_scale"] is None  # not asked for: the cost model as calibrated
+    assert report["measured"][-1]["role"].split(",")[0] == "config"  # so the config is measured last
     measured = {(row["role"].split(",")[0], row["parameters"]["max_num_seqs"]) for row in report["measured"]}
     committed = load_config(DEFAULT_CONFIG).parameters["max_num_seqs"].string_value
     assert measured == {("grid", "1"), ("grid", "2"), ("config", committed)}
