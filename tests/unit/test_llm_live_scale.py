@@ -95,3 +95,15 @@ def test_the_simulated_closed_loop_is_time_scale_free_so_the_fit_lands_on_the_re
     scale = fit_live_scale(COST, simulate, dataclasses.replace(figures(None), tpot_p50_ms=unscaled * 1.3), "anchor")
     assert scale.factor == pytest.approx(1.3, rel=0.02)
     assert scale.fitted_tpot_p50_ms == pytest.approx(unscaled * 1.3, rel=TOLERANCE + 0.001)
+
+
+def test_a_scale_that_moves_the_anchor_further_off_is_not_kept():
+    # a simulation with a cliff: proportional up to 1.5, then 30 ms (say, the level's length
+    # stops what it sends); a target of 120 ms sends the updates over the cliff, and the fit
+    # keeps the closest factor it tried: 1, the model as calibrated
+    def simulate(model):
+        factor = step_ms(model) / 66.0
+        return figures(66.0 * factor if factor <= 1.5 else 30.0)
+
+    scale = fit_live_scale(COST, simulate, figures(120.0), "anchor")
+    assert (scale.factor, scale.fitted_tpot_p50_ms) == (1.0, pytest.approx(66.0))

@@ -6,9 +6,8 @@ scheduler and calls back with each step's output, which becomes zero or more res
 (llm/serving/responses.py) sent from that thread. Every request ends with one response
 flagged FINAL: its last text, or an error (INVALID_ARG for bad input, UNAVAILABLE when the
 waiting queue is full or the request waited past its queue_timeout_ms, CANCELLED when the
-client went away); the sender is dropped at FINAL and garbage is collected when no request is
-left open (llm/serving/senders.py: Triton unloads a model only when its senders are gone).
-`response_sender.is_cancelled` is polled by the loop once per step, so a client that disconnects frees its KV blocks
+client went away). `response_sender.is_cancelled`
+is polled by the loop once per step, so a client that disconnects frees its KV blocks
 within a step. Knobs come from the config's `parameters` (llm/serving/knobs.py); the
 checkpoint and tokenizer files are the version folder's, written by `make export`. A request
 whose parameters carry `llm_control` (and the control key) changes the token budget or
@@ -32,7 +31,6 @@ from llm.serving.control import ControlRefused, control_request, parse_control
 from llm.serving.knobs import parameters_from_json, parse_knobs
 from llm.serving.request import RETURN_FLAGS, ParsedRequest, RequestError, check_fits, parse_request
 from llm.serving.responses import Reply, ResponsePlan
-from llm.serving.senders import HeldSender, OpenSenders
 from llm.tokenizer import LlmTokenizer
 
 OPTIONAL_INPUTS = ("stream", "sampling_parameters", "exclude_input_in_output", *RETURN_FLAGS)
@@ -75,17 +73,16 @@ class TritonPythonModel:
             self.metrics.watch(self.loop.snapshot)
         self.loop.start()
         self._ids = itertools.count()
-        self.open_senders = OpenSenders()  # unloads wait for every sender: collected when none is open
         pb_utils.Logger.log_info(
             f"llm: {folder} loaded in {time.monotonic() - started:.1f} s; {self.scheduler_config}; {self.engine_config}"
         )
 
     def execute(self, requests):
         for request in requests:
-            self._submit(request, HeldSender(request.get_response_sender(), self.open_senders, FINAL))
+            self._submit(request, request.get_response_sender())
         return None
 
-    def _submit(self, request, sender: HeldSender) -> None:
+    def _submit(self, request, sender) -> None:
         arrival = time.monotonic()
         try:
             parameters = json.loads(request.parameters() or "{}")
@@ -103,30 +100,30 @@ class TritonPythonModel:
             generation = GenerationRequest(f"llm-{next(self._ids)}", prompt_ids, parsed.params, arrival)
             self.loop.submit(generation, self._responder(parsed, sender), is_cancelled=sender.is_cancelled)
         except QueueFullError as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(f"server busy: {exc}", "UNAVAILABLE")), final=True)
+            sender.send(pb_utils.InferenceResponse(error=_error(f"server busy: {exc}", "UNAVAILABLE")), flags=FINAL)
         except (RequestError, ValueError) as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(str(exc), "INVALID_ARG")), final=True)
+            sender.send(pb_utils.InferenceResponse(error=_error(str(exc), "INVALID_ARG")), flags=FINAL)
         except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
-            sender.send(pb_utils.InferenceResponse(error=_error(f"cannot serve the request: {exc}", "INTERNAL")), final=True)
+            sender.send(pb_utils.InferenceResponse(error=_error(f"cannot serve the request: {exc}", "INTERNAL")), flags=FINAL)
 
-    def _control(self, parameters: dict, sender: HeldSender) -> None:
+    def _control(self, parameters: dict, sender) -> None:
         """Apply a control request's step limits between steps; answer with the limits in force."""
         try:
             config = self.loop.update_config(**parse_control(parameters))
         except ControlRefused as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(f"refused: {exc}", "INVALID_ARG")), final=True)
+            sender.send(pb_utils.InferenceResponse(error=_error(f"refused: {exc}", "INVALID_ARG")), flags=FINAL)
             return
         limits = {"max_num_batched_tokens": config.max_num_batched_tokens, "max_wait_ms": config.max_wait_ms}
         pb_utils.Logger.log_info(f"llm: live control set {limits}")
         text = np.array([json.dumps(limits).encode()], dtype=np.object_)
-        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]), final=True)
+        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]), flags=FINAL)
 
-    def _responder(self, parsed: ParsedRequest, sender: HeldSender):
+    def _responder(self, parsed: ParsedRequest, sender):
         plan = ResponsePlan(parsed)
 
         def on_output(output: RequestOutput) -> None:
             for reply in plan.replies(output):
-                sender.send(self._response(parsed, reply), final=reply.final)
+                sender.send(self._response(parsed, reply), flags=FINAL if reply.final else 0)
 
         return on_output
 
@@ -148,7 +145,7 @@ class TritonPythonModel:
         # logged on both sides: when an unload hangs, the log tells whether Triton got as far as
         # finalize (docs/llm.md, Known issues)
         started = time.monotonic()
-        pb_utils.Logger.log_info(f"llm: finalize: stopping the engine loop ({self.open_senders.count} requests with a sender open)")
+        pb_utils.Logger.log_info("llm: finalize: stopping the engine loop")
         self.loop.stop(timeout_s=10)
         if self.metrics is not None:
             self.metrics.close()
