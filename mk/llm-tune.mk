@@ -4,7 +4,7 @@
 #   make tune-llm QUICK=1       quick calibration, 72 candidates simulated, the top 2 and the config measured (~5-8 min here)
 #   make tune-llm TUNE_LLM_ARGS="--rate 0.5 --apply"
 #   make plan-llm PLAN_LLM_ARGS="--rate 2"
-#   make bench-tune-llm         the model-guided pick against a live grid of the same 20 candidates (~25-30 min here)
+#   make bench-tune-llm         the model-guided pick against a live grid of the same 20 candidates, then a rematch (~30-40 min here)
 LLM_COST_MODEL ?= build/simulate/llm-step-cost.json
 LLM_SLO ?= ttft_p99=1s,tpot_p99=100ms
 TUNE_LLM_ARGS ?=

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.contract import LLM_MODEL
 from tools.repo.model_config import load_config
 from tools.simulate.llm.setup import DEFAULT_CONFIG
@@ -120,4 +122,23 @@ def test_a_tiny_grid_measures_every_candidate_of_the_space_given_and_the_config(
     assert measured == {("grid", "1"), ("grid", "2"), ("config", committed)}
     assert all(row["measured"]["completed"] >= 2 for row in report["measured"])
     assert report["winner"] in [row["parameters"] for row in report["measured"]]
+    assert llm_triton.client.config(LLM_MODEL) == before
+
+
+def test_a_rematch_measures_two_configs_in_turn_on_fresh_requests_and_pools_each_ones_levels(llm_triton, tmp_path):
+    from tools.tune.llm.versus_grid import head_to_head
+
+    before = llm_triton.client.config(LLM_MODEL)
+    one, two = ({"max_num_seqs": str(n), "max_num_batched_tokens": "64", "long_prefill_token_threshold": "64"} for n in (1, 2))
+    tune_args = [*("--slo", "ttft_p99=5s,tpot_p99=1s", "--concurrency", "2", "--drain", "60"), *TINY_LOAD, *server_args(llm_triton)]
+    rows = head_to_head(tune_args, str(cost_model(tmp_path)), [one, two], rounds=2, seconds=3.0)
+    assert sorted(row["parameters"]["max_num_seqs"] for row in rows) == ["1", "2"]
+    for row in rows:
+        first, second = row["levels"]
+        assert (first["round"], second["round"]) == (1, 2)
+        assert first["first_request"] == 0 < second["first_request"]  # round 2 starts past round 1's requests
+        assert row["pooled"]["requests"] == first["requests"] + second["requests"]
+        assert row["pooled"]["duration_s"] == pytest.approx(first["duration_s"] + second["duration_s"], abs=0.02)
+        assert row["pooled"]["completed"] == row["pooled"]["requests"]
+    assert rows[0]["goodput_gap"] == 0.0 and rows[1]["goodput_gap"] <= 0.0
     assert llm_triton.client.config(LLM_MODEL) == before

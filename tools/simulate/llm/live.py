@@ -52,10 +52,15 @@ class LiveServer:
     last_sent: int = 0  # requests the last level sent: where the next level may start in the workload
 
     def measure(self, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan, slo: Slo) -> LevelFigures:
+        records, duration = self.measure_records(requests, schedule, level)
+        return LevelFigures.of(records, duration, slo)
+
+    def measure_records(self, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan) -> tuple[list[StreamRecord], float]:
+        """One level's records and measured seconds (for figures pooled over several levels)."""
         records, duration, self.last_load_average, self.last_sent = asyncio.run(
             _drive(self.grpc_url, self.model, requests, schedule, level)
         )
-        return LevelFigures.of(records, duration, slo)
+        return records, duration
 
 
 def engine_parameters(cost_engine: Mapping) -> dict[str, str]:

@@ -212,15 +212,12 @@ class LlmTuneSettings:
 
 def run_tune(settings: LlmTuneSettings) -> int:
     from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
-    from tools.llmbench.__main__ import load_tokenizer
-    from tools.load.llm.workload import Workload
 
     started = time.monotonic()
     base = parameters_from_pbtxt(settings.config)
     _, engine_config = parse_knobs(base)
     cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads)
-    workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
-    requests = workload.build(load_tokenizer(settings.tokenizer))
+    requests = workload_requests(settings)
     default = {key: base[key] for key in KNOBS if key in base}
     space = SimulatedSpace(base, default, engine_shape(engine_config), shapes_of(requests), settings.schedule, settings.level, settings.slo)
     simulated = space.simulate(cost, settings.space.candidates())
@@ -270,6 +267,15 @@ def run_tune(settings: LlmTuneSettings) -> int:
         write_winner(settings.config, best["parameters"], target)
         print(f"wrote the winner's parameters into {target}")
     return 0
+
+
+def workload_requests(settings: LlmTuneSettings) -> list:
+    """The seeded requests every level draws from (tokenized with the model's tokenizer)."""
+    from tools.llmbench.__main__ import load_tokenizer
+    from tools.load.llm.workload import Workload
+
+    workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
+    return workload.build(load_tokenizer(settings.tokenizer))
 
 
 def measure_live(

@@ -6,7 +6,10 @@ llm` twice with the same space, level, workload and SLO: model-guided first (sim
 candidate, measure the top few and the config), then `--strategy grid` (measure every
 candidate, with the same step cost model, so the same engine threads and dtype). The grid
 measures the pick as well, so the pick is also judged against the grid's best inside one
-run, where the machine's drift between runs (about 10% here) does not enter.
+run, where the machine's drift between runs (about 10% here) does not enter. When the two
+differ, a rematch (tools/tune/llm/rematch.py) measures them head to head, alternating, with
+longer levels: the grid's best is the highest of many noisy levels, and one level of the
+pick against it judges the noise more than the configs.
 
     python -m tools.tune.llm.versus_grid --slo ttft_p99=5s,tpot_p99=300ms --concurrency 8 --quick \\
         --max-num-seqs 4,8 --max-num-batched-tokens 64,256,512 --long-prefill-token-threshold 64,256
@@ -16,17 +19,21 @@ run, where the machine's drift between runs (about 10% here) does not enter.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
 
+from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.machine import cpu_line, describe_cpu
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.cli import DEFAULT_COST_MODEL
 from tools.simulate.llm.validate import GOALS, relative_error, summarize
+from tools.tune.llm.command import LlmTuneSettings, build_parser, workload_requests
 from tools.tune.llm.command import run as run_tune
+from tools.tune.llm.rematch import rematch, verdict
 
 log = logging.getLogger("tune.llm.versus_grid")
 
@@ -52,8 +59,22 @@ def grid_prediction_errors(grid: dict) -> dict:
     return summarize(rows)
 
 
-def compare(guided: dict, grid: dict) -> dict:
-    """The figures the benchmark reports, from the two tune reports (tune-llm.json)."""
+def rematch_result(pick: dict, rows: list[dict] | None) -> dict | None:
+    """The pick's standing in the rematch's rows (tools/tune/llm/rematch.py's verdict)."""
+    if rows is None:
+        return None
+    pick_row = next(row for row in rows if _same_knobs(row, pick))
+    return {
+        "rows": rows,
+        "pick_first": rows[0] is pick_row,
+        "pick_goodput_gap": pick_row["goodput_gap"],
+        "one_request_share": pick_row["one_request_share"],
+    }
+
+
+def compare(guided: dict, grid: dict, rematch_rows: list[dict] | None = None) -> dict:
+    """The figures the benchmark reports, from the two tune reports (tune-llm.json) and the
+    rematch's rows when one ran."""
     pick = guided["winner"]
     pick_row = next(row for row in guided["measured"] if _same_knobs(row, pick))
     grid_rows = sorted(grid["measured"], key=_score, reverse=True)
@@ -63,6 +84,7 @@ def compare(guided: dict, grid: dict) -> dict:
     wall_ratio = guided["wall_s"] / grid["wall_s"]
     best_goodput = grid_best["measured"]["goodput_rps"]
     in_grid_goodput = None if pick_in_grid is None else pick_in_grid["measured"]["goodput_rps"]
+    rematched = rematch_result(pick, rematch_rows)
     return {
         "candidates": grid["simulated"] - 1,
         "pick": {"parameters": pick, "measured": pick_row["measured"], "meets_slo": pick_row["meets_slo"]},
@@ -73,9 +95,12 @@ def compare(guided: dict, grid: dict) -> dict:
         "guided_wall_s": guided["wall_s"],
         "grid_wall_s": grid["wall_s"],
         "wall_ratio": round(wall_ratio, 3),
+        "rematch": rematched,
         "goal": {
             "goodput_at_least_grid_best_same_run": in_grid_goodput is not None and in_grid_goodput >= best_goodput,
             "goodput_at_least_grid_best_across_runs": pick_row["measured"]["goodput_rps"] >= best_goodput,
+            # None: no rematch ran (the pick is the grid's best, or --rematch-rounds 0)
+            "goodput_at_least_grid_best_rematch": None if rematched is None else rematched["pick_goodput_gap"] >= 0,
             "within_a_third_of_the_grid_wall_time": wall_ratio <= WALL_TIME_GOAL,
         },
     }
@@ -100,8 +125,17 @@ def summary_text(result: dict, cpu: str) -> str:
         f"grid's best: {best['parameters']}: {figures(best['measured'])}",
         f"wall time: model-guided {result['guided_wall_s']:.0f} s, grid {result['grid_wall_s']:.0f} s "
         f"(ratio {result['wall_ratio']:.2f}, goal <= 0.33)",
-        "goals: " + ", ".join(f"{name.replace('_', ' ')}: {'yes' if met else 'no'}" for name, met in goal.items()),
+        "goals: " + ", ".join(f"{name.replace('_', ' ')}: {'yes' if met else 'no'}" for name, met in goal.items() if met is not None),
     ]
+    rematched = result.get("rematch")
+    if rematched is not None:
+        rounds = len(rematched["rows"][0]["levels"])
+        lines.append(f"rematch ({rounds} rounds each, alternating, pooled):")
+        lines += [f"  {row['label']}: {figures(row['pooled'])}, {row['pooled']['requests']} requests" for row in rematched["rows"]]
+        lines.append(
+            f"  the pick's goodput {rematched['pick_goodput_gap']:+.1%} against the best of the rematch "
+            f"(one request: {rematched['one_request_share']:.1%})"
+        )
     errors = result.get("grid_prediction_errors", {})
     if errors:
         cells = [
@@ -116,11 +150,20 @@ def summary_text(result: dict, cpu: str) -> str:
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.tune.llm.versus_grid", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-tune-llm", help="reports (default %(default)s)")
+    parser.add_argument(
+        "--rematch-rounds",
+        type=int,
+        default=2,
+        help="rounds of the pick against the grid's best when they differ, alternating (0: none; default %(default)s)",
+    )
+    parser.add_argument("--rematch-seconds", type=float, default=60.0, help="sending time of a rematch level (default %(default)s)")
     add_verbosity_flags(parser)
     args, tune_args = parser.parse_known_args(argv)
     owned = [flag for flag in tune_args if flag.split("=")[0] in OWNED_FLAGS]
     if owned:
         parser.error(f"{', '.join(owned)}: set by the benchmark itself (it runs both strategies)")
+    if args.rematch_rounds < 0 or args.rematch_seconds <= 0:
+        parser.error("--rematch-rounds takes a count >= 0 and --rematch-seconds a time above 0")
     configure_logging(args)
     cpu = cpu_line(describe_cpu())
     print(cpu, flush=True)
@@ -138,12 +181,38 @@ def run(argv: list[str]) -> int:
     if status != 0:
         return status
     grid = json.loads((grid_dir / "tune-llm.json").read_text())
-    result = {"cpu": cpu, "tune_args": tune_args, **compare(guided, grid)}
+    grid_best = max(grid["measured"], key=_score)["parameters"]
+    rematch_rows = None
+    if args.rematch_rounds and grid_best != guided["winner"]:
+        log.info("rematch: the pick against the grid's best, %d rounds of %g s levels", args.rematch_rounds, args.rematch_seconds)
+        rematch_rows = head_to_head(grid_args, cost_model, [grid_best, guided["winner"]], args.rematch_rounds, args.rematch_seconds)
+    result = {"cpu": cpu, "tune_args": tune_args, **compare(guided, grid, rematch_rows)}
     (args.out / "versus-grid.json").write_text(json.dumps(result, indent=1))
     text = summary_text(result, cpu)
     (args.out / "versus-grid.txt").write_text(text + "\n")
     print(text)
     return 0
+
+
+def head_to_head(tune_args: list[str], cost_model: str, contenders: list[dict], rounds: int, seconds: float) -> list[dict]:
+    """The rematch live: the tuner's server, workload, load and SLO, the engine the cost model
+    was measured on, levels of `seconds`."""
+    from llm.serving.knobs import parameters_from_pbtxt
+    from tools.simulate.llm.live import engine_parameters, live_server
+    from tools.simulate.llm.step_cost import StepCostModel
+
+    settings = parse_settings(build_parser(), ["--model", "llm", *tune_args], LlmTuneSettings.from_cli_args)
+    base = {**parameters_from_pbtxt(settings.config), **engine_parameters(StepCostModel.load(Path(cost_model)).engine)}
+    requests = workload_requests(settings)
+    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
+
+        def measure_level(knobs, level):
+            server.apply({**base, **knobs})
+            records, duration_s = server.measure_records(requests, settings.schedule, level)
+            return records, duration_s, server.last_sent
+
+        results = rematch(contenders, measure_level, dataclasses.replace(settings.level, seconds=seconds), rounds, settings.slo)
+    return verdict(results, settings.slo)
 
 
 def _without_option(args: list[str], option: str) -> list[str]:
