@@ -5,7 +5,8 @@ The `llm` model is decoupled, so Triton's unary infer refuses it: every generati
 to the client or not, is a gRPC stream with `stream: true`, and a non-streaming answer is the
 pieces joined. Closing a Generation before its final piece cancels the gRPC call, which the
 model sees as `is_cancelled()` at its next step and answers by freeing the sequence (counted
-as finish reason `abort` in `vllm:request_success_total`).
+as finish reason `abort` in `vllm:request_success_total`); after the final piece the stream
+is left for Triton to end (tools/triton_client/streams.py says why).
 
 Errors on a stream carry only Triton's message (the stream's error has no status code), so
 they are classified by the `llm` model's own words: `server busy` is its waiting queue full
@@ -29,6 +30,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from gateway.errors import RATE_LIMIT, SERVER_ERROR, TIMEOUT, UNAVAILABLE, APIError, from_triton
+from tools.triton_client.streams import end_after_final
 
 CONTROL_TIMEOUT_S = 3.0
 DEFAULT_MAX_MODEL_LEN = 8192  # the `llm` model's own default (llm/serving/knobs.py)
@@ -93,6 +95,9 @@ def _text(array: np.ndarray | None) -> str:
     return b"".join(item if isinstance(item, bytes) else str(item).encode() for item in array.reshape(-1)).decode("utf-8", "replace")
 
 
+_ENDING: set[asyncio.Task] = set()  # streams answered in full, waiting for Triton to end them
+
+
 def _tensor(name: str, value: object, datatype: str) -> grpcclient.InferInput:
     item = grpcclient.InferInput(name, [1], datatype)
     item.set_data_from_numpy(np.array([value], dtype=np.object_ if datatype == "BYTES" else bool))
@@ -107,6 +112,7 @@ class Generation:
         self.retry_after_s = retry_after_s
         self.deadline = deadline
         self.finished = False
+        self._answered = False  # the final piece came
         self._sent_all = asyncio.Event()
         inputs = [
             _tensor("text_input", prompt.encode("utf-8"), "BYTES"),
@@ -158,16 +164,23 @@ class Generation:
             None if reason in NOT_FINISHED else reason,
         )
         if piece.finish_reason is not None:
+            self._answered = True
             await self.close()
         return piece
 
     async def close(self) -> None:
-        """Idempotent. After the final piece a no-op for Triton; before it, a cancellation."""
+        """Idempotent. After the final piece, Triton ends the stream (awaited in the background,
+        not cancelled: tools/triton_client/streams.py); before it, a cancellation."""
         if self.finished:
             return
         self.finished = True
         self._sent_all.set()
-        self._responses.cancel()
+        if not self._answered:
+            self._responses.cancel()
+            return
+        ending = asyncio.get_running_loop().create_task(end_after_final(self._responses))
+        _ENDING.add(ending)  # a reference until it is done: the event loop keeps only weak ones
+        ending.add_done_callback(_ENDING.discard)
 
 
 class TritonGenerator:

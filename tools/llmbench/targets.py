@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 MODES = ("iteration", "request", "none")
 LLAMA_SERVER = "llama-server"
 MODEL = LLM_MODEL
-UNLOAD_TIMEOUT_S = 120.0
 
 
 def mode_target_name(mode: str) -> str:
@@ -45,7 +44,7 @@ def apply_mode(client: TritonClient, mode: str, model: str = MODEL) -> None:
         return
     config.parameters["mode"].string_value = mode
     started = time.monotonic()
-    client.reload(model, config, UNLOAD_TIMEOUT_S)
+    client.reload(model, config)
     log.info("%s reloaded with mode=%s in %.1f s", model, mode, time.monotonic() - started)
 
 

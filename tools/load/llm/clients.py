@@ -28,6 +28,7 @@ import numpy as np
 
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest
+from tools.triton_client.streams import end_after_final
 
 Clock = Callable[[], float]
 
@@ -95,6 +96,7 @@ class TritonStreamClient:
             await finished.wait()  # keep our half of the stream open until the answer is complete
 
         responses = self._client.stream_infer(one_request())
+        final = False
         try:
             async for result, error in responses:
                 now = clock()
@@ -109,11 +111,15 @@ class TritonStreamClient:
                 if reason not in NOT_FINISHED:  # as the vLLM backend, every response carries it: "None" until the last
                     record.finish_reason = reason
                     record.end_s = now
-                    return
-            raise StreamError("the stream ended without a final response")
+                    final = True
+                    break
+            else:
+                raise StreamError("the stream ended without a final response")
         finally:
-            finished.set()
-            responses.cancel()  # after a final response a no-op for the server; otherwise it cancels the request
+            finished.set()  # our half of the stream ends
+            if not final:
+                responses.cancel()  # an error, or the level cut the request: cancel it on the server
+        await end_after_final(responses)  # not a cancel: tools/triton_client/streams.py
 
 
 NOT_FINISHED = ("", "None")

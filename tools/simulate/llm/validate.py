@@ -117,7 +117,12 @@ def validate(
         log.info("%s (%s): %s", case.label(), role, row["errors"])
         rows.append(row)
     judged = [row for row in rows if row["role"] != "anchor"]
-    result = {"rows": rows, "summary": summarize(judged), "live_scale": None if scale is None else scale.as_dict()}
+    result = {
+        "rows": rows,
+        "summary": summarize(judged),
+        "live_scale": None if scale is None else scale.as_dict(),
+        "stuck_unloads": server.stuck_unloads,  # reloads that left the old instance behind
+    }
     if scale is not None:
         result["summary_as_calibrated"] = summarize(judged, "errors_as_calibrated")
     return result

@@ -231,7 +231,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
         )
         print(comparison_table(rows))
         return 0
-    rows, live_scale, simulated = measure_live(settings, space, cost, simulated, requests)
+    rows, live_scale, simulated, stuck_unloads = measure_live(settings, space, cost, simulated, requests)
     slo = settings.slo
     best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
     best["role"] += ", winner"
@@ -256,6 +256,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
         "simulated": len(simulated),
         "simulate_s": round(sim_s, 2),
         "live_scale": None if live_scale is None else live_scale.as_dict(),
+        "stuck_unloads": stuck_unloads,
         "wall_s": round(time.monotonic() - started, 1),
         "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in space.ranked(simulated)[:20]],
         "measured": rows,
@@ -280,11 +281,12 @@ def workload_requests(settings: LlmTuneSettings) -> list:
 
 def measure_live(
     settings: LlmTuneSettings, space: SimulatedSpace, cost: StepCostModel, simulated: Simulated, requests: list
-) -> tuple[list[dict], LiveScale | None, Simulated]:
+) -> tuple[list[dict], LiveScale | None, Simulated, int]:
     """Measure the candidates the strategy chooses and the config's own knobs. With
     --live-scale the config comes first, as the anchor the cost model is scaled to before the
     space is simulated again and the choice made; otherwise last. Returns the measured rows,
-    the scale and the simulation the choice was made on."""
+    the scale, the simulation the choice was made on and how many reloads left the old
+    instance behind."""
     from tools.simulate.llm.live import engine_parameters, live_server
     from tools.simulate.llm.live_scale import scale_to
 
@@ -321,7 +323,7 @@ def measure_live(
             measure(server, knobs, predicted, role)
         if not settings.live_scale:  # last, as before: measured first, it read slow in 4 of 5 runs
             measure(server, space.default, simulated[0][1], "config")
-    return rows, live_scale, simulated
+    return rows, live_scale, simulated, server.stuck_unloads
 
 
 def run(argv: list[str]) -> int:

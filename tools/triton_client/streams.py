@@ -1,0 +1,39 @@
+"""Ending a gRPC stream to a decoupled Triton model without tripping Triton 2.51's frontend.
+
+A client that has its final response should half-close the stream and let the server end it
+(status OK), not cancel it: in Triton 2.51 a cancel that meets the end of a stream can leak
+the stream's state in the gRPC frontend (fixed upstream in later releases: server pull
+requests 7840 and 8078), and the leaked state holds its model, which then never unloads and
+keeps Triton from exiting in time (docs/llm.md, Known issues). A cancel stays right for a
+request the client gives up on before its final response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+STREAM_END_TIMEOUT_S = 5.0  # how long a server may take to end a stream whose answer is complete
+
+
+class ResponseStream(Protocol):
+    """tritonclient.grpc.aio's stream_infer() iterator."""
+
+    def __aiter__(self) -> ResponseStream: ...
+
+    async def __anext__(self) -> tuple: ...
+
+    def cancel(self) -> bool: ...
+
+
+async def end_after_final(responses: ResponseStream, timeout_s: float = STREAM_END_TIMEOUT_S) -> bool:
+    """Read `responses` to its end once the client's half is closed; cancel it when the server
+    has not ended it within `timeout_s` or it fails. Returns whether the server ended it."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for _ in responses:
+                pass
+    except Exception:  # the timeout, or the stream failing after its answer: nothing left to read
+        responses.cancel()
+        return False
+    return True
