@@ -96,10 +96,13 @@ def test_a_tiny_tune_measures_the_predicted_best_and_the_config_and_writes_the_m
     assert roles == ["config", "top 1"]  # with --live-scale the config first: the level the cost model is scaled to
     assert report["measured"][0]["role"].startswith("config, anchor")
     assert report["live_scale"]["factor"] > 0
+    assert "predicted_as_calibrated" in report["measured"][1]  # after the scale: also the model as calibrated
     for row in report["measured"]:
         assert row["measured"]["completed"] >= 2
     parameters = {key: value.string_value for key, value in load_config(written).parameters.items()}
     assert {key: parameters[key] for key in report["winner"]} == report["winner"]
+    if report["tie_break"]:  # the two were within one request: the rematch decided
+        assert report["winner"] == report["tie_break"][0]["parameters"]
     assert llm_triton.client.config(LLM_MODEL) == before
 
 

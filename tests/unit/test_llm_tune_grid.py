@@ -100,3 +100,7 @@ def test_the_simulators_error_over_the_grid_leaves_out_the_anchor_its_scale_came
     errors = grid_prediction_errors(grid)
     assert errors["output_tokens_per_s"] == {"median_abs_error": 0.1, "goal": 0.1, "met": True, "rows": 3}
     assert errors["tpot_p50_ms"]["median_abs_error"] == 0.0
+    # the rows a live scale re-predicted also carry the model as calibrated: judged apart
+    grid["measured"][0]["predicted_as_calibrated"] = {**grid["measured"][0]["predicted"], "output_tokens_per_s": 75.0}  # +50 %
+    unscaled = grid_prediction_errors(grid, "predicted_as_calibrated")
+    assert unscaled["output_tokens_per_s"] == {"median_abs_error": 0.5, "goal": 0.1, "met": False, "rows": 1}

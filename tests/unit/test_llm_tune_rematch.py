@@ -7,7 +7,7 @@ import pytest
 from tools.load.llm.records import StreamRecord
 from tools.simulate.llm.predict import LevelPlan
 from tools.simulate.llm.slo import LlmSlo
-from tools.tune.llm.rematch import rematch, round_orders, verdict
+from tools.tune.llm.rematch import close_contenders, rematch, round_orders, verdict
 from tools.tune.llm.versus_grid import compare
 
 SLO = LlmSlo(ttft_p99_s=1.0, tpot_p99_s=0.1)
@@ -79,3 +79,25 @@ def test_the_rematch_decides_the_goal_when_the_pick_is_not_the_grids_best():
     lost = compare(guided, grid, rematch_rows(0.53, 0.55))
     assert lost["goal"]["goodput_at_least_grid_best_rematch"] is False
     assert lost["rematch"]["pick_goodput_gap"] == pytest.approx(0.53 / 0.55 - 1, abs=1e-4)
+
+
+def measured_row(parameters: dict, good: int, duration_s: float, meets: bool = True) -> dict:
+    figures = {
+        "requests": good, "completed": good, "outcomes": {"ok": good}, "duration_s": duration_s,
+        "output_tokens_per_s": 40.0, "requests_per_s": good / duration_s, "goodput_rps": good / duration_s, "good_share": 1.0,
+        "ttft_p50_ms": 500.0, "ttft_p99_ms": 900.0 if meets else 2000.0, "tpot_p50_ms": 50.0, "tpot_p99_ms": 80.0,
+        "itl_p99_ms": 90.0, "e2e_p50_ms": 3000.0, "mean_tokens_in": 100.0, "mean_tokens_out": 50.0,
+    }  # fmt: skip
+    return {"parameters": parameters, "label": str(parameters), "measured": figures, "meets_slo": meets}
+
+
+def test_the_contenders_are_the_rows_within_one_request_of_the_leader_on_its_side_of_the_slo():
+    leader = measured_row({"max_num_seqs": "8"}, good=20, duration_s=28.0)  # 0.714/s: one request is 5 %
+    close = measured_row({"max_num_seqs": "16"}, good=20, duration_s=29.0)  # 0.690/s: 3.4 % below
+    far = measured_row({"max_num_seqs": "4"}, good=16, duration_s=28.0)  # 20 % below
+    missing = measured_row({"max_num_seqs": "32"}, good=20, duration_s=28.0, meets=False)  # as much goodput, misses the SLO
+    contenders = close_contenders([far, close, missing, leader], SLO)
+    assert [row["parameters"] for row in contenders] == [leader["parameters"], close["parameters"]]
+    assert close_contenders([leader, far], SLO) == [leader]  # nothing to settle
+    crowd = [measured_row({"max_num_seqs": str(n)}, good=20, duration_s=28.0 + n / 100) for n in range(1, 6)]
+    assert len(close_contenders(crowd, SLO, limit=3)) == 3

@@ -181,9 +181,10 @@ class TritonClient:
 
     def reload(self, model: str, config: ModelConfig, unload_timeout_s: float = UNLOAD_WAIT_S) -> bool:
         """Unload `model` (when loaded), wait for the unload to finish, then load it with
-        `config`. Returns whether the old instance was gone in time: Triton 2.51 sometimes never
-        finishes unloading a decoupled Python model (docs/llm.md, "Known issues"); the new one
-        is loaded all the same, beside it, and a warning says so."""
+        `config`. Returns whether the old instance was gone in time: Triton 2.51 never finishes
+        unloading a model whose gRPC stream state leaked (a client cancelling an answered
+        stream: tools/triton_client/streams.py; docs/llm.md, "Known issues"); the new one is
+        loaded all the same, beside it, and a warning says so."""
         if not self.model_ready(model):
             self.load(model, config)
             return True

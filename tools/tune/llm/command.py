@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,6 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=STRATEGIES,
         default="model-guided",
         help="model-guided: simulate all, measure the top few (default); grid: measure every candidate live",
+    )
+    parser.add_argument(
+        "--tie-break-rounds",
+        type=int,
+        default=1,
+        help="model-guided: rounds of a head-to-head rematch among the measured candidates within one request of the best "
+        "(0: none; default %(default)s)",
+    )
+    parser.add_argument(
+        "--tie-break-seconds", type=float, default=None, help="sending time of a tie-break level (default: twice --seconds)"
     )
     parser.add_argument("--quick", action="store_true", help="a smaller space, 20 s levels, the top 2: make tune-llm QUICK=1")
     space = parser.add_argument_group("the search space (comma lists replace one axis of the default or --quick space)")
@@ -177,6 +187,8 @@ class LlmTuneSettings:
     report_dir: Path
     simulate_only: bool
     live_scale: bool  # scale the cost model to the config's measured level before ranking
+    tie_break_rounds: int  # model-guided: rematch rounds among the measured candidates one level cannot tell apart
+    tie_break_seconds: float  # sending time of a tie-break level
     winner_output: Path | None  # where the winner's config is written: --output, else --config with --apply
 
     @classmethod
@@ -188,6 +200,8 @@ class LlmTuneSettings:
             raise ValueError(f"--rate must be a number of requests/s above 0, got {args.rate:g}")
         if args.requests < 1:
             raise ValueError(f"--requests must be at least 1, got {args.requests}")
+        if args.tie_break_rounds < 0 or (args.tie_break_seconds is not None and args.tie_break_seconds <= 0):
+            raise ValueError("--tie-break-rounds takes a count >= 0 and --tie-break-seconds a time above 0")
         level = LevelPlan(
             seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
         )
@@ -206,6 +220,7 @@ class LlmTuneSettings:
             schedule=Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8),
             level=level,
             top=min(args.top, 2) if args.quick and args.top == 3 else args.top,
+            tie_break_seconds=args.tie_break_seconds or 2 * level.seconds,
             winner_output=args.output or (args.config if args.apply else None),
         )
 
@@ -231,9 +246,12 @@ def run_tune(settings: LlmTuneSettings) -> int:
         )
         print(comparison_table(rows))
         return 0
-    rows, live_scale, simulated, stuck_unloads = measure_live(settings, space, cost, simulated, requests)
+    live = measure_live(settings, space, cost, simulated, requests)
+    rows, live_scale, simulated = live.rows, live.live_scale, live.simulated
     slo = settings.slo
     best = max(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo))
+    if live.tie_break:  # the rematch's winner among the candidates one level could not tell apart
+        best = next(row for row in rows if row["parameters"] == live.tie_break[0]["parameters"])
     best["role"] += ", winner"
     print(
         f"{settings.strategy}: {len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under "
@@ -245,6 +263,12 @@ def run_tune(settings: LlmTuneSettings) -> int:
             f"predictions scaled by {live_scale.factor:.3f}, fitted to the config's measured TPOT p50 "
             f"({live_scale.measured_tpot_p50_ms:g} ms; {live_scale.predicted_tpot_p50_ms:g} ms predicted unscaled)"
         )
+    if live.tie_break:
+        print(f"tie-break ({settings.tie_break_rounds} round(s) of {settings.tie_break_seconds:g} s levels, pooled):")
+        for row in live.tie_break:
+            pooled = row["pooled"]
+            figures = f"goodput {pooled['goodput_rps']:.3f}/s, {pooled['output_tokens_per_s']:.1f} tok/s"
+            print(f"  {row['label']}: {figures}, {pooled['requests']} requests")
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
@@ -256,7 +280,8 @@ def run_tune(settings: LlmTuneSettings) -> int:
         "simulated": len(simulated),
         "simulate_s": round(sim_s, 2),
         "live_scale": None if live_scale is None else live_scale.as_dict(),
-        "stuck_unloads": stuck_unloads,
+        "stuck_unloads": live.stuck_unloads,
+        "tie_break": live.tie_break,
         "wall_s": round(time.monotonic() - started, 1),
         "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in space.ranked(simulated)[:20]],
         "measured": rows,
@@ -279,25 +304,39 @@ def workload_requests(settings: LlmTuneSettings) -> list:
     return workload.build(load_tokenizer(settings.tokenizer))
 
 
+@dataclass
+class LiveMeasurement:
+    rows: list[dict]  # one per measured level: predicted beside measured
+    live_scale: LiveScale | None
+    simulated: Simulated  # the simulation the choice was made on (scaled with --live-scale)
+    stuck_unloads: int  # reloads that left the old instance behind
+    tie_break: list[dict] | None  # the rematch's verdict, best first (tools/tune/llm/rematch.py), when one ran
+
+
 def measure_live(
     settings: LlmTuneSettings, space: SimulatedSpace, cost: StepCostModel, simulated: Simulated, requests: list
-) -> tuple[list[dict], LiveScale | None, Simulated, int]:
+) -> LiveMeasurement:
     """Measure the candidates the strategy chooses and the config's own knobs. With
     --live-scale the config comes first, as the anchor the cost model is scaled to before the
-    space is simulated again and the choice made; otherwise last. Returns the measured rows,
-    the scale, the simulation the choice was made on and how many reloads left the old
-    instance behind."""
+    space is simulated again and the choice made; otherwise last. Model-guided, the measured
+    candidates that one level cannot tell from the best then meet in a rematch on fresh
+    requests (--tie-break-rounds)."""
     from tools.simulate.llm.live import engine_parameters, live_server
     from tools.simulate.llm.live_scale import scale_to
+    from tools.tune.llm.rematch import close_contenders, rematch, verdict
 
     engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
     per_request = settings.slo.per_request()
     rows: list[dict] = []
     live_scale = None
+    as_calibrated = {label(knobs): figures for knobs, figures in simulated}  # before any scale
+    sent: list[int] = []  # requests each level sent: a tie-break starts past all of them (no prefix-cache replay)
+    tie_break = None
 
     def measure(server: LiveServer, knobs: dict, predicted: LevelFigures, role: str) -> LevelFigures:
         server.apply({**space.base, **engine_knobs, **knobs})
         measured = server.measure(requests, settings.schedule, settings.level, per_request)
+        sent.append(server.last_sent)
         rows.append(
             {
                 "label": label(knobs),
@@ -309,6 +348,8 @@ def measure_live(
                 "load_average": server.last_load_average,
             }
         )
+        if live_scale is not None:  # the same measurement against the model as calibrated
+            rows[-1]["predicted_as_calibrated"] = as_calibrated[label(knobs)].as_dict()
         log.info("%s (%s): measured %s", label(knobs), role, measured.as_dict())
         return measured
 
@@ -323,7 +364,19 @@ def measure_live(
             measure(server, knobs, predicted, role)
         if not settings.live_scale:  # last, as before: measured first, it read slow in 4 of 5 runs
             measure(server, space.default, simulated[0][1], "config")
-    return rows, live_scale, simulated, server.stuck_unloads
+        contenders = close_contenders(rows, settings.slo)
+        if settings.strategy == "model-guided" and settings.tie_break_rounds and len(contenders) > 1:
+            log.info("tie-break: %s within one request of each other", ", ".join(row["label"] for row in contenders))
+
+            def measure_level(knobs, level):
+                server.apply({**space.base, **engine_knobs, **knobs})
+                records, duration_s = server.measure_records(requests, settings.schedule, level)
+                return records, duration_s, server.last_sent
+
+            level = replace(settings.level, seconds=settings.tie_break_seconds, first_request=max(sent))
+            parameters = [row["parameters"] for row in contenders]
+            tie_break = verdict(rematch(parameters, measure_level, level, settings.tie_break_rounds, settings.slo), settings.slo)
+    return LiveMeasurement(rows, live_scale, simulated, server.stuck_unloads, tie_break)
 
 
 def run(argv: list[str]) -> int:

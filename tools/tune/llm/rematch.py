@@ -95,3 +95,21 @@ def verdict(results: Sequence[ContenderResult], slo: LlmSlo) -> list[dict]:
         row["goodput_gap"] = round(pooled["goodput_rps"] / best - 1, 4) if best else None
         row["one_request_share"] = round(1 / (pooled["goodput_rps"] * pooled["duration_s"]), 4) if pooled["goodput_rps"] else None
     return rows
+
+
+def close_contenders(rows: Sequence[dict], slo: LlmSlo, limit: int = 3) -> list[dict]:
+    """The measured rows (tools/tune/llm/command.py's) one level cannot tell from the leader:
+    on the same side of the SLO, with goodput within one request's share of the leader's. The
+    leader first; at most `limit`; fewer than two means there is nothing to settle."""
+    ranked = sorted(rows, key=lambda row: score(LevelFigures(**row["measured"]), slo), reverse=True)
+    leader = ranked[0]
+    goodput, duration = leader["measured"]["goodput_rps"], leader["measured"]["duration_s"]
+    if goodput <= 0 or duration <= 0:
+        return [leader]
+    one_request = 1 / (goodput * duration) + 1e-9  # a gap of exactly one request counts as within
+    close = [
+        row
+        for row in ranked[1:]
+        if row["meets_slo"] == leader["meets_slo"] and (goodput - row["measured"]["goodput_rps"]) / goodput <= one_request
+    ]
+    return [leader, *close][:limit]
