@@ -323,7 +323,7 @@ def measure_live(
     requests (--tie-break-rounds)."""
     from tools.simulate.llm.live import engine_parameters, live_server
     from tools.simulate.llm.live_scale import scale_to
-    from tools.tune.llm.rematch import close_contenders, rematch, verdict
+    from tools.tune.llm.rematch import close_contenders, live_levels, rematch, verdict
 
     engine_knobs = engine_parameters(cost.engine)  # measured on the engine the cost model describes
     per_request = settings.slo.per_request()
@@ -367,12 +367,7 @@ def measure_live(
         contenders = close_contenders(rows, settings.slo)
         if settings.strategy == "model-guided" and settings.tie_break_rounds and len(contenders) > 1:
             log.info("tie-break: %s within one request of each other", ", ".join(row["label"] for row in contenders))
-
-            def measure_level(knobs, level):
-                server.apply({**space.base, **engine_knobs, **knobs})
-                records, duration_s = server.measure_records(requests, settings.schedule, level)
-                return records, duration_s, server.last_sent
-
+            measure_level = live_levels(server, {**space.base, **engine_knobs}, requests, settings.schedule)
             level = replace(settings.level, seconds=settings.tie_break_seconds, first_request=max(sent))
             parameters = [row["parameters"] for row in contenders]
             tie_break = verdict(rematch(parameters, measure_level, level, settings.tie_break_rounds, settings.slo), settings.slo)

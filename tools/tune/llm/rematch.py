@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from tools.load.llm.figures import LevelFigures
 from tools.load.llm.records import StreamRecord
@@ -22,10 +23,26 @@ from tools.simulate.llm.predict import LevelPlan
 from tools.simulate.llm.slo import LlmSlo
 from tools.tune.llm.space import label, score
 
+if TYPE_CHECKING:
+    from tools.llmbench.driver import Schedule
+    from tools.load.llm.workload import LlmRequest
+    from tools.simulate.llm.live import LiveServer
+
 log = logging.getLogger("tune.llm.rematch")
 
 MeasureLevel = Callable[[Mapping[str, str], LevelPlan], tuple[list[StreamRecord], float, int]]
 """(knobs, level) -> (records, measured seconds, requests sent): one live level."""
+
+
+def live_levels(server: LiveServer, base: Mapping[str, str], requests: Sequence[LlmRequest], schedule: Schedule) -> MeasureLevel:
+    """A MeasureLevel on a live server: reload with `base` and the contender's knobs, drive one level."""
+
+    def measure_level(knobs: Mapping[str, str], level: LevelPlan) -> tuple[list[StreamRecord], float, int]:
+        server.apply({**base, **knobs})
+        records, duration_s = server.measure_records(requests, schedule, level)
+        return records, duration_s, server.last_sent
+
+    return measure_level
 
 
 def round_orders(contenders: int, rounds: int) -> list[list[int]]:

@@ -33,7 +33,7 @@ from tools.simulate.llm.cli import DEFAULT_COST_MODEL
 from tools.simulate.llm.validate import GOALS, relative_error, summarize
 from tools.tune.llm.command import LlmTuneSettings, build_parser, workload_requests
 from tools.tune.llm.command import run as run_tune
-from tools.tune.llm.rematch import rematch, verdict
+from tools.tune.llm.rematch import live_levels, rematch, verdict
 
 log = logging.getLogger("tune.llm.versus_grid")
 
@@ -210,12 +210,7 @@ def head_to_head(tune_args: list[str], cost_model: str, contenders: list[dict], 
     base = {**parameters_from_pbtxt(settings.config), **engine_parameters(StepCostModel.load(Path(cost_model)).engine)}
     requests = workload_requests(settings)
     with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
-
-        def measure_level(knobs, level):
-            server.apply({**base, **knobs})
-            records, duration_s = server.measure_records(requests, settings.schedule, level)
-            return records, duration_s, server.last_sent
-
+        measure_level = live_levels(server, base, requests, settings.schedule)
         results = rematch(contenders, measure_level, dataclasses.replace(settings.level, seconds=seconds), rounds, settings.slo)
     return verdict(results, settings.slo)
 
