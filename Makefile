@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 RUNTIME ?= auto
 # Scenario preset for `make serve`: mixed (default: the committed configs), chat or bulk (README, "Scenario presets").
 PRESET ?= mixed
+# The generative model's engine for `make serve`: native (ours, config.pbtxt) or vllm (configs/vllm.pbtxt, .venv-vllm).
+LLM_ENGINE ?= native
 # Export target: onnx (default) or tensorrt (GPU host with the tensorrt package).
 TARGET ?= onnx
 # Encoder precision: fp32 (the default when empty), fp16 (GPU hosts) or int8 (README "Precision");
@@ -58,11 +60,11 @@ $(VLLM_STAMP): requirements-vllm.txt
 
 vllm-venv: $(VLLM_STAMP) ## create .venv-vllm with vLLM's CPU engine (requirements-vllm.txt; the export and LLM_ENGINE=vllm need it)
 
-export: $(STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
+export: $(STAMP) $(VLLM_STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
 	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
-serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, SERVE_ARGS=...)
-	$(PY) -m tools.serve --runtime $(RUNTIME) --preset $(PRESET) $(SERVE_ARGS)
+serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, LLM_ENGINE=native|vllm, SERVE_ARGS=...)
+	$(PY) -m tools.serve --runtime $(RUNTIME) --preset $(PRESET) --llm-engine $(LLM_ENGINE) $(SERVE_ARGS)
 
 test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)

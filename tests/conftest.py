@@ -50,7 +50,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     clean-clone CI run keeps nothing else of what the server saw."""
     report = yield
     if report.failed:
-        for name in ("llm_triton", "explicit_triton"):
+        for name in ("llm_triton", "explicit_triton", "vllm_triton"):
             server = getattr(item, "funcargs", {}).get(name)
             if isinstance(server, LocalTriton):
                 report.sections.append((f"{name} log (last 60 lines)", server.log_tail(60)))
@@ -60,7 +60,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def start_triton(log_path: Path, with_llm: bool = False, **overrides) -> LocalTriton:
     """Start Triton on fresh free ports; a failed start raises with the log tail. The LLM
     is left out unless `with_llm`."""
-    missing = missing_artifacts(MODEL_REPOSITORY)
+    missing = missing_artifacts(MODEL_REPOSITORY, overrides.get("model_config_name"))
     if not with_llm:
         missing = [path for path in missing if path.relative_to(MODEL_REPOSITORY).parts[0] != LLM_MODEL]
     if missing:
@@ -71,8 +71,9 @@ def start_triton(log_path: Path, with_llm: bool = False, **overrides) -> LocalTr
             repository, {LLM_MODEL}, Path(tempfile.mkdtemp(prefix="models-", dir=log_path.parent))
         )
     http, grpc, metrics = free_ports(3)
+    ready_timeout_s = overrides.pop("ready_timeout_s", 180.0)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_s=5, **overrides)
-    return LocalTriton(options, log_path=log_path).start()
+    return LocalTriton(options, log_path=log_path).start(ready_timeout_s)
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +103,25 @@ def llm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton
     tests/integration/test_llm_*.py."""
     server = start_triton(
         tmp_path_factory.mktemp("llm-triton") / "triton.log", with_llm=True, model_control_mode="explicit", load_models=(LLM_MODEL,)
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """One real Triton serving only the LLM on vLLM's engine (`--model-config-name=vllm`, as
+    `make serve LLM_ENGINE=vllm`), explicit model control; shared by tests/integration/test_llm_vllm*.py.
+    vLLM compiles the model at its first start (about a minute on 2 cores), hence the wait."""
+    server = start_triton(
+        tmp_path_factory.mktemp("vllm-triton") / "triton.log",
+        with_llm=True,
+        model_control_mode="explicit",
+        load_models=(LLM_MODEL,),
+        model_config_name="vllm",
+        ready_timeout_s=900,
     )
     try:
         yield server

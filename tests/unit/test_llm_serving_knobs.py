@@ -15,7 +15,8 @@ CONFIG = MODEL_REPOSITORY / "llm" / "config.pbtxt"
 
 
 def test_the_committed_config_sets_every_knob_by_its_field_name() -> None:
-    assert set(parameters_from_pbtxt(CONFIG)) == set(KNOWN)
+    assert set(parameters_from_pbtxt(CONFIG)) == {*KNOWN, "engine"}
+    assert parameters_from_pbtxt(CONFIG)["engine"] == "native"
     names = {field.name for cls in (SchedulerConfig, EngineConfig) for field in dataclasses.fields(cls)}
     assert set(KNOWN) == names
 

@@ -1,5 +1,6 @@
-"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes and
-llama.cpp's llama-server under one seeded streaming load, written to reports/bench-llm/.
+"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes, the
+`llm` model on vLLM's engine, vLLM's own OpenAI server and llama.cpp's llama-server under one
+seeded streaming load, written to reports/bench-llm/.
 
 Each target runs every level in turn (closed loop at each concurrency, then Poisson at each
 rate), after two unmeasured warm-up requests. Without `--url` a local Triton is started
@@ -8,6 +9,8 @@ reloaded per mode and its config restored at the end.
 
     python -m tools.llmbench --quick
     python -m tools.llmbench --targets iteration,llama-server --concurrency 1,16 --rates 0.5
+    python -m tools.llmbench --targets iteration,vllm,vllm-server --concurrency 1,4,16,32 --rates ''
+
 """
 
 from __future__ import annotations
@@ -25,10 +28,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from llm.artifacts import HF_FOLDER
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.llmbench.driver import LevelDriver, Schedule, level_label
 from tools.llmbench.report import write_report
-from tools.llmbench.targets import LLAMA_SERVER, MODEL, MODES, LlamaServerTarget, ModeTarget, Target, check_model_control
+from tools.llmbench.targets import (
+    LLAMA_SERVER,
+    MODEL,
+    MODES,
+    VLLM,
+    VLLM_SERVER,
+    LlamaServerTarget,
+    ModeTarget,
+    Target,
+    VllmServerTarget,
+    VllmTarget,
+    check_model_control,
+)
 from tools.load.llm.clients import StreamClient
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord
@@ -45,7 +61,8 @@ log = logging.getLogger("bench-llm")
 # 16 streams, and 3 s covers a 1,024-token prompt prefilled in 80-token steps.
 DEFAULT_SLO = Slo(ttft_s=3.0, tpot_s=0.3)
 
-TARGET_NAMES = (*MODES, LLAMA_SERVER)
+TARGET_NAMES = (*MODES, VLLM, VLLM_SERVER, LLAMA_SERVER)
+TRITON_TARGETS = (*MODES, VLLM)
 DEFAULT_LLAMA_SERVER = BUILD_DIR / "llama.cpp" / "bin" / "llama-server"
 
 
@@ -239,9 +256,15 @@ def run_bench(args: argparse.Namespace) -> dict:
     levels, described = [], []
     with contextlib.ExitStack() as stack:
         targets: list[Target] = []
-        if any(name in MODES for name in names):
+        if any(name in TRITON_TARGETS for name in names):
             control, grpc_url = stack.enter_context(triton_control(args))
-            targets += [ModeTarget(name, control, grpc_url) for name in names if name in MODES]
+            for name in names:
+                if name in MODES:
+                    targets.append(ModeTarget(name, control, grpc_url))
+                elif name == VLLM:
+                    targets.append(VllmTarget(control, grpc_url))
+        if VLLM_SERVER in names:
+            targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER))
         if LLAMA_SERVER in names:
             targets.append(LlamaServerTarget(args.llama_server, gguf_path(), args.llama_parallel, args.llama_context, args.llama_threads))
         for target in targets:

@@ -76,6 +76,18 @@ def comparisons(levels: list[dict]) -> list[str]:
         if it and llama:
             tokens = _ratio(it["output_tokens_per_s"], llama["output_tokens_per_s"])
             lines.append(f"- {streams} streams: iteration's output tokens/s are {tokens} llama-server's (target: >= 1x)")
+    for streams in sorted({lv["load"] for lv in levels if lv["kind"] == "closed"}):
+        inside, alone, native = (find(levels, name, "closed", streams) for name in ("vllm", "vllm-server", "llm iteration"))
+        if inside and alone:
+            tokens = _ratio(inside["output_tokens_per_s"], alone["output_tokens_per_s"])
+            ttft = _ratio(inside["ttft_p99_ms"], alone["ttft_p99_ms"])
+            lines.append(
+                f"- {streams} streams: vLLM inside Triton's output tokens/s are {tokens} vLLM's own server's, its TTFT p99 {ttft} "
+                "(what the Triton path costs; target at 16 streams: >= 0.9x)"
+            )
+        if native and inside:
+            tokens = _ratio(native["output_tokens_per_s"], inside["output_tokens_per_s"])
+            lines.append(f"- {streams} streams: our engine's (iteration) output tokens/s are {tokens} vLLM's inside Triton")
     it, llama = find(levels, "llm iteration", "closed", 1), find(levels, "llama-server", "closed", 1)
     if it and llama:
         lines.append(
@@ -88,7 +100,7 @@ def render_markdown(report: dict) -> str:
     levels = report["levels"]
     settings = report["settings"]
     lines = [
-        "# bench-llm: continuous batching on Triton against request-level batching, no batching and llama-server",
+        "# bench-llm: the LLM engines on Triton and beside it under one seeded streaming load",
         "",
         f"- Date: {report['date']}; runs: {report['runs']} (one pass per target, targets one after another)",
         f"- CPU: {cpu_summary(report['cpu'])}; load average at the start: {report.get('load_average', '-')}",

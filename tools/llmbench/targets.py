@@ -1,11 +1,14 @@
-"""What a benchmark run measures: the `llm` model in one scheduler mode, or llama-server.
+"""What a benchmark run measures: the `llm` model in one scheduler mode of our engine, the
+`llm` model on vLLM's engine, vLLM's own OpenAI server, or llama-server.
 
 Our three modes are one model reloaded through Triton's model-control API with a config
 override of `parameters.mode` (the tuner's mechanism: no restart, the repository on disk
-untouched), starting from the config the server runs. The old instance is unloaded before
-the new one loads, so two engines (weights plus a preallocated KV cache each) never share
-the machine's memory. llama-server is started per run on a free port with the same GGUF
-weights and stopped afterwards; its `--parallel` slots are its continuous batch.
+untouched), starting from the config the server runs (the committed native one when the
+server runs vLLM). vLLM inside Triton is the same model reloaded with configs/vllm.pbtxt. The
+old instance is unloaded before the new one loads, so two engines (weights plus a preallocated
+KV cache each) never share the machine's memory. vLLM's own server (what the Triton path costs:
+the same engine, knobs and checkpoint, no Triton) and llama-server are started per run on a free
+port and stopped afterwards; llama-server's `--parallel` slots are its continuous batch.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from pathlib import Path
 
 from tools.contract import LLM_MODEL
 from tools.load.llm.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
-from tools.paths import BUILD_DIR
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY, VLLM_PYTHON
+from tools.repo.model_config import load_config
 from tools.serve.process_group import stop_process_group
 from tools.triton_client import TritonClient, TritonError
 from tools.triton_client.readiness import wait_for_http_ok
@@ -30,7 +34,15 @@ log = logging.getLogger(__name__)
 
 MODES = ("iteration", "request", "none")
 LLAMA_SERVER = "llama-server"
+VLLM = "vllm"  # vLLM's engine inside Triton (the `llm` model with configs/vllm.pbtxt)
+VLLM_SERVER = "vllm-server"  # vLLM's own OpenAI server, same engine, knobs and checkpoint
 MODEL = LLM_MODEL
+NATIVE_CONFIG = MODEL_REPOSITORY / MODEL / "config.pbtxt"
+VLLM_CONFIG = MODEL_REPOSITORY / MODEL / "configs" / "vllm.pbtxt"
+
+
+def engine_of_config(config) -> str:
+    return config.parameters["engine"].string_value if "engine" in config.parameters else "native"
 
 
 def mode_target_name(mode: str) -> str:
@@ -40,7 +52,9 @@ def mode_target_name(mode: str) -> str:
 def apply_mode(client: TritonClient, mode: str, model: str = MODEL) -> None:
     """Make `model` run `parameters.mode = mode` (a reload, unless it runs that mode already)."""
     config = client.config(model)
-    if config.parameters["mode"].string_value == mode and client.model_ready(model):
+    if engine_of_config(config) != "native":  # the server runs vLLM: our engine's committed config, in `mode`
+        config = load_config(NATIVE_CONFIG)
+    elif config.parameters["mode"].string_value == mode and client.model_ready(model):
         return
     config.parameters["mode"].string_value = mode
     started = time.monotonic()
@@ -123,7 +137,86 @@ class LlamaServerTarget:
             stop_process_group(process, ((signal.SIGTERM, 15.0),), "llama-server")
 
 
-Target = ModeTarget | LlamaServerTarget
+@dataclass
+class VllmTarget:
+    """The `llm` model on vLLM's engine inside Triton: configs/vllm.pbtxt through the model-control API."""
+
+    control: TritonClient
+    grpc_url: str
+    model: str = MODEL
+    config_path: Path = VLLM_CONFIG
+    name: str = VLLM
+
+    def describe(self) -> str:
+        return f"Triton `{self.model}` model on vLLM's V1 engine ({self.config_path.relative_to(MODEL_REPOSITORY.parent)})"
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[StreamClient]:
+        config = load_config(self.config_path)
+        served = self.control.config(self.model)
+        if not (self.control.model_ready(self.model) and served.parameters == config.parameters):
+            started = time.monotonic()
+            self.control.reload(self.model, config)
+            log.info("%s reloaded on vLLM in %.1f s", self.model, time.monotonic() - started)
+        yield TritonStreamClient(self.grpc_url, self.model)
+
+
+@dataclass
+class VllmServerTarget:
+    """vLLM's own OpenAI server (`vllm.entrypoints.openai.api_server` in .venv-vllm) with the knobs of
+    configs/vllm.pbtxt on the same checkpoint: vLLM without Triton."""
+
+    checkpoint: Path
+    config_path: Path = VLLM_CONFIG
+    python: Path = VLLM_PYTHON
+    name: str = VLLM_SERVER
+    log_dir: Path = BUILD_DIR
+    ready_timeout_s: float = 900.0  # it compiles the model first
+    command_used: list[str] = field(default_factory=list)
+
+    def command(self, port: int) -> list[str]:
+        from llm.serving.knobs import parameters_from_pbtxt
+        from llm.vllm_engine.knobs import VllmKnobs
+
+        knobs = VllmKnobs.from_parameters(parameters_from_pbtxt(self.config_path))
+        return [
+            str(self.python),
+            *("-m", "vllm.entrypoints.openai.api_server"),
+            *knobs.server_flags(self.checkpoint),
+            *("--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL),
+        ]
+
+    def describe(self) -> str:
+        shown = " ".join(self.command_used[3:]) if self.command_used else ""
+        return f"vLLM's own OpenAI server, the knobs of {self.config_path.name}: {shown}".rstrip(": ")
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[StreamClient]:
+        import os
+
+        from llm.vllm_engine.knobs import SERVER_ENVIRONMENT
+        from tools.ports import free_ports
+
+        if not self.python.is_file():
+            raise FileNotFoundError(f"no vLLM environment at {self.python}; run `make vllm-venv`")
+        (port,) = free_ports(1)
+        self.command_used = self.command(port)
+        log_path = self.log_dir / f"vllm-server-{port}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting %s (log: %s)", " ".join(self.command_used), log_path)
+        env = {**os.environ, **SERVER_ENVIRONMENT}
+        with open(log_path, "wb") as output:
+            process = subprocess.Popen(self.command_used, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            if not wait_for_http_ok(f"http://127.0.0.1:{port}/health", self.ready_timeout_s, process):
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+                raise RuntimeError(f"vLLM's server did not become healthy (status {process.poll()}):\n{tail}")
+            yield OpenAIStreamClient(f"http://127.0.0.1:{port}", model=MODEL)
+        finally:
+            stop_process_group(process, ((signal.SIGINT, 30.0), (signal.SIGTERM, 15.0)), "vllm-server")
+
+
+Target = ModeTarget | VllmTarget | VllmServerTarget | LlamaServerTarget
 
 
 def check_model_control(control: TritonClient) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm.artifacts import HF_FOLDER, HF_REQUIRED_FILES
 from llm.artifacts import REQUIRED_FILES as LLM_FILES
 from tools.repo.model_config import CONFIG_NAME, ModelConfig, load_config
 
@@ -30,11 +31,20 @@ def version_folders(model_dir: Path) -> list[Path]:
     return sorted(path for path in model_dir.iterdir() if path.is_dir() and path.name.isdigit())
 
 
-def missing_artifacts(repository: Path) -> list[Path]:
+def llm_files(config: ModelConfig) -> list[str]:
+    """What the LLM's engine loads: our checkpoint, or (engine vllm) the Hugging Face one."""
+    if "engine" in config.parameters and config.parameters["engine"].string_value == "vllm":
+        return [f"{HF_FOLDER}/{name}" for name in HF_REQUIRED_FILES]
+    return list(LLM_FILES)
+
+
+def missing_artifacts(repository: Path, config_name: str | None = None) -> list[Path]:
+    """Files the models of `repository` need and lack, each model read as Triton reads it when
+    started with `--model-config-name=config_name`."""
     missing: list[Path] = []
     for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
-        config = load_config(model_dir)
-        files = required_files(config) + (list(LLM_FILES) if model_dir.name == LLM_MODEL and config.backend == "python" else [])
+        config = load_config(model_dir, config_name)
+        files = required_files(config) + (llm_files(config) if model_dir.name == LLM_MODEL and config.backend == "python" else [])
         versions = version_folders(model_dir)
         if files and not versions:
             missing.append(model_dir / "1")
@@ -53,3 +63,22 @@ def ensemble_batch_floor(repository: Path, model: str) -> tuple[int, list[str]]:
             floor = max(floor, config.max_batch_size)
             ensembles.append(config.name)
     return floor, ensembles
+
+
+EXECUTION_ENV_KEY = "EXECUTION_ENV_PATH"
+MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
+
+
+def missing_environments(repository: Path, config_name: str | None = None) -> list[tuple[str, Path]]:
+    """(model, environment) for each Python model whose EXECUTION_ENV_PATH (Triton's Python-backend
+    parameter: the stub runs in that environment) names a folder without `bin/activate`."""
+    missing = []
+    for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
+        config = load_config(model_dir, config_name)
+        if config.backend != "python" or EXECUTION_ENV_KEY not in config.parameters:
+            continue
+        text = config.parameters[EXECUTION_ENV_KEY].string_value.replace(MODEL_DIRECTORY_VARIABLE, str(model_dir))
+        environment = Path(text).resolve()
+        if not (environment / "bin" / "activate").is_file():
+            missing.append((model_dir.name, environment))
+    return missing

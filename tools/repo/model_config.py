@@ -42,11 +42,21 @@ def format_config(config: ModelConfig) -> str:
     return _IMPLICIT_REJECT.sub(explicit_reject, text)
 
 
-def load_config(path: Path) -> ModelConfig:
-    """Load `path` (a config.pbtxt or a model folder holding one)."""
+def config_path(model_dir: Path, config_name: str | None = None) -> Path:
+    """The file Triton reads for a model: `configs/<name>.pbtxt` when the server runs with
+    `--model-config-name=<name>` and the model has one, else `config.pbtxt`."""
+    if config_name:
+        custom = Path(model_dir) / "configs" / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return Path(model_dir) / CONFIG_NAME
+
+
+def load_config(path: Path, config_name: str | None = None) -> ModelConfig:
+    """Load `path` (a config file, or a model folder: the config Triton picks for `config_name`)."""
     path = Path(path)
     if path.is_dir():
-        path = path / CONFIG_NAME
+        path = config_path(path, config_name)
     try:
         return parse_config(path.read_text())
     except text_format.ParseError as exc:

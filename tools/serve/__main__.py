@@ -48,6 +48,8 @@ LOCAL_ONLY = {
     "health_interval": "--health-interval",
 }
 DOCKER_ONLY = {"gpu_variant": "--gpu-variant"}
+# The `llm` model's engine -> Triton's --model-config-name (None: config.pbtxt).
+LLM_ENGINE_CONFIGS = {"native": None, "vllm": "vllm"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size (0: no cache)"
     )
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
-    parser.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the models to load")
+    parser.add_argument(
+        "--llm-engine",
+        choices=("native", "vllm"),
+        default="native",
+        help="the engine of the generative model `llm`: native (config.pbtxt) or vllm (configs/vllm.pbtxt, vLLM's V1 engine in "
+        ".venv-vllm; Triton's --model-config-name=vllm) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for the models to load (default 180; 900 with --llm-engine vllm: it compiles the model first)",
+    )
     parser.add_argument("--log-verbose", type=int, default=0, help="Triton's own verbose log level")
     parser.add_argument(
         "--health-watch",
@@ -158,7 +172,14 @@ def options_from_args(args: argparse.Namespace, runtime: str = "local") -> Serve
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
         admin_key=resolve_admin_key(args.admin_key_file, args.admin_key) if explicit else None,
+        model_config_name=LLM_ENGINE_CONFIGS[args.llm_engine],
     )
+
+
+def ready_timeout_of(args: argparse.Namespace) -> float:
+    if args.ready_timeout is not None:
+        return args.ready_timeout
+    return 900.0 if args.llm_engine == "vllm" else 180.0
 
 
 def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event) -> HealthWatch:
@@ -265,11 +286,11 @@ def run(argv: list[str] | None = None) -> int:
         if runtime == "docker":
             gateway_port = args.gateway_port if args.gateway else None
             return serve_docker(
-                options_from_args(args, "docker"), args.ready_timeout, kind=args.gpu_variant or "gpu", gateway_port=gateway_port
+                options_from_args(args, "docker"), ready_timeout_of(args), kind=args.gpu_variant or "gpu", gateway_port=gateway_port
             )
         interval = None if args.health_watch is False else args.health_interval or HEALTH_INTERVAL_S
         gateway = gateway_from_args(args, args.host, args.grpc_port)  # its port is checked before Triton starts
-        return serve_local(options_from_args(args), args.ready_timeout, interval, gateway)
+        return serve_local(options_from_args(args), ready_timeout_of(args), interval, gateway)
     except DockerUnavailable as exc:
         log.error("%s", exc)
         return 2

@@ -25,7 +25,7 @@ from tools.cli.exit_status import NoServerError
 from tools.contract import GRPC_PORT, HTTP_PORT, LLM_MODEL, LOOPBACK, METRICS_PORT
 from tools.paths import BACKENDS_SOURCE, BUILD_DIR, MODEL_REPOSITORY
 from tools.ports import port_in_use
-from tools.repo.artifacts import missing_artifacts
+from tools.repo.artifacts import missing_artifacts, missing_environments
 from tools.serve.admin_key import HEADER as ADMIN_HEADER
 from tools.serve.admin_key import generate_key, headers_for, redact, restricted_api_flags, write_key_file
 from tools.serve.interrupts import server_stopped, server_stopping, watch_server
@@ -125,6 +125,9 @@ class ServerOptions:
     work_dir: Path = BUILD_DIR / "triton"
     # Key for the model-control API; None with model control on: a fresh one per start.
     admin_key: str | None = None
+    # Triton's --model-config-name: a model with configs/<name>.pbtxt is served from it (the LLM's
+    # engine: None keeps config.pbtxt, the native engine; "vllm" serves it on vLLM).
+    model_config_name: str | None = None
 
     @property
     def model_control_enabled(self) -> bool:
@@ -197,6 +200,8 @@ def build_command(options: ServerOptions, installation: TritonInstallation, back
     ]
     if options.cache_size_bytes > 0:  # 0: no response cache (Triton refuses a local cache of size 0)
         command += [f"--cache-directory={installation.caches}", f"--cache-config=local,size={options.cache_size_bytes}"]
+    if options.model_config_name:
+        command.append(f"--model-config-name={options.model_config_name}")
     command += [f"--load-model={name}" for name in options.load_models]
     if admin_key:
         command += restricted_api_flags(admin_key)
@@ -219,10 +224,12 @@ class LocalTriton:
         repository = self.options.model_repository
         if not repository.is_dir():
             raise TritonStartError(f"model repository {repository} does not exist")
-        missing = missing_artifacts(repository)
+        missing = missing_artifacts(repository, self.options.model_config_name)
         if missing:
             names = ", ".join(str(path.relative_to(repository)) for path in missing)
             raise TritonStartError(f"model repository is not exported yet (missing {names}); run `make export`")
+        for model, environment in missing_environments(repository, self.options.model_config_name):
+            raise TritonStartError(f"model {model} runs in the Python environment {environment}, which is missing; run `make vllm-venv`")
         for name, port in self.options.ports.items():
             if port_in_use(self.options.host, port):
                 raise TritonStartError(

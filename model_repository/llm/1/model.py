@@ -1,17 +1,21 @@
-"""The generative LLM as a decoupled Triton Python model.
+"""The generative LLM as a decoupled Triton Python model, on one of two engines.
 
-A thin adapter: execute() parses and validates each request (llm/serving/request.py), submits
-it to the one EngineLoop and returns at once; the engine thread runs the iteration-level
-scheduler and calls back with each step's output, which becomes zero or more responses
-(llm/serving/responses.py) sent from that thread. Every request ends with one response
-flagged FINAL: its last text, or an error (INVALID_ARG for bad input, UNAVAILABLE when the
-waiting queue is full or the request waited past its queue_timeout_ms, CANCELLED when the
-client went away). `response_sender.is_cancelled`
-is polled by the loop once per step, so a client that disconnects frees its KV blocks
-within a step. Knobs come from the config's `parameters` (llm/serving/knobs.py); the
-checkpoint and tokenizer files are the version folder's, written by `make export`. A request
-whose parameters carry `llm_control` (and the control key) changes the token budget or
-max-wait live instead of generating (llm/serving/control.py; tools.adapt --model llm uses it).
+`parameters.engine` picks it: `native` (config.pbtxt: our engine, llm/) or `vllm`
+(configs/vllm.pbtxt: vLLM's V1 async engine, llm/vllm_engine/serving.py, in vLLM's own
+environment). Both take the I/O of Triton's vLLM backend, parsed and validated by
+llm/serving/request.py, and end every request with exactly one response flagged FINAL: its
+last text, or an error (INVALID_ARG for bad input, UNAVAILABLE when the server is full or a
+request waited past its queue_timeout_ms, CANCELLED when the client went away).
+
+The native adapter below is thin: execute() submits each request to the one EngineLoop and
+returns at once; the engine thread runs the iteration-level scheduler and calls back with each
+step's output, which becomes zero or more responses (llm/serving/responses.py) sent from that
+thread. `response_sender.is_cancelled` is polled by the loop once per step, so a client that
+disconnects frees its KV blocks within a step. Knobs come from the config's `parameters`
+(llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
+`make export`. A request whose parameters carry `llm_control` (and the control key) changes
+the token budget or max-wait live instead of generating (llm/serving/control.py; tools.adapt
+--model llm uses it).
 """
 
 import itertools
@@ -23,34 +27,16 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from llm.artifacts import CONFIG_FILE
-from llm.contract import GenerationRequest, RequestOutput
+from llm.contract import GenerationRequest
 from llm.engine import LlamaExecutor
 from llm.loop import EngineLoop, QueueFullError
 from llm.metrics import LlmMetrics
 from llm.serving.control import ControlRefused, control_request, parse_control
-from llm.serving.knobs import parameters_from_json, parse_knobs
-from llm.serving.request import RETURN_FLAGS, ParsedRequest, RequestError, check_fits, parse_request
-from llm.serving.responses import Reply, ResponsePlan
+from llm.serving.knobs import engine_of, parameters_from_json, parse_knobs
+from llm.serving.request import RequestError, check_fits, parse_request
+from llm.serving.responses import ResponsePlan
+from llm.serving.triton_io import TritonIO
 from llm.tokenizer import LlmTokenizer
-
-OPTIONAL_INPUTS = ("stream", "sampling_parameters", "exclude_input_in_output", *RETURN_FLAGS)
-FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-def _error(message: str, code_name: str):
-    code = getattr(pb_utils.TritonError, code_name, None)
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
-
-
-def _first(request, name: str):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return None
-    array = tensor.as_numpy().reshape(-1)
-    if not array.size:
-        return None
-    value = array[0]  # bytes for TYPE_STRING, numpy.bool_ for TYPE_BOOL
-    return value.item() if isinstance(value, np.generic) else value
 
 
 class TritonPythonModel:
@@ -58,7 +44,28 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise pb_utils.TritonModelException("the llm model streams: set model_transaction_policy { decoupled: true }")
-        self.scheduler_config, self.engine_config = parse_knobs(parameters_from_json(config))
+        parameters = parameters_from_json(config)
+        if engine_of(parameters) == "vllm":
+            from llm.vllm_engine.serving import VllmServing
+
+            self.serving = VllmServing(pb_utils, args, parameters)
+        else:
+            self.serving = NativeServing(args, parameters)
+
+    def execute(self, requests):
+        self.serving.execute(requests)
+        return None
+
+    def finalize(self) -> None:
+        self.serving.finalize()
+
+
+class NativeServing:
+    """Our engine (llm/): one EngineLoop thread batching every step."""
+
+    def __init__(self, args: dict, parameters: dict[str, str]) -> None:
+        self.io = TritonIO(pb_utils)
+        self.scheduler_config, self.engine_config = parse_knobs(parameters)
         folder = Path(args["model_repository"]) / args["model_version"]
         if not (folder / CONFIG_FILE).is_file():
             raise pb_utils.TritonModelException(f"no exported checkpoint in {folder}; run `make export`")
@@ -77,10 +84,9 @@ class TritonPythonModel:
             f"llm: {folder} loaded in {time.monotonic() - started:.1f} s; {self.scheduler_config}; {self.engine_config}"
         )
 
-    def execute(self, requests):
+    def execute(self, requests) -> None:
         for request in requests:
             self._submit(request, request.get_response_sender())
-        return None
 
     def _submit(self, request, sender) -> None:
         arrival = time.monotonic()
@@ -89,57 +95,39 @@ class TritonPythonModel:
             if control_request(parameters):
                 self._control(parameters, sender)  # a ValueError from it is answered below
                 return
-            inputs = {name: _first(request, name) for name in ("text_input", *OPTIONAL_INPUTS)}
-            parsed = parse_request(
-                {key: value for key, value in inputs.items() if value is not None},
-                max_tokens_limit=self.max_model_len - 1,
-                request_parameters=request.parameters(),
-            )
+            inputs = self.io.inputs(request)
+            parsed = parse_request(inputs, max_tokens_limit=self.max_model_len - 1, request_parameters=request.parameters())
             prompt_ids = self.tokenizer.encode(parsed.prompt)
             check_fits(len(prompt_ids), parsed.params, self.max_model_len)
             generation = GenerationRequest(f"llm-{next(self._ids)}", prompt_ids, parsed.params, arrival)
             self.loop.submit(generation, self._responder(parsed, sender), is_cancelled=sender.is_cancelled)
         except QueueFullError as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(f"server busy: {exc}", "UNAVAILABLE")), flags=FINAL)
+            self.io.send_error(sender, f"server busy: {exc}", "UNAVAILABLE")
         except (RequestError, ValueError) as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(str(exc), "INVALID_ARG")), flags=FINAL)
+            self.io.send_error(sender, str(exc), "INVALID_ARG")
         except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
-            sender.send(pb_utils.InferenceResponse(error=_error(f"cannot serve the request: {exc}", "INTERNAL")), flags=FINAL)
+            self.io.send_error(sender, f"cannot serve the request: {exc}", "INTERNAL")
 
     def _control(self, parameters: dict, sender) -> None:
         """Apply a control request's step limits between steps; answer with the limits in force."""
         try:
             config = self.loop.update_config(**parse_control(parameters))
         except ControlRefused as exc:
-            sender.send(pb_utils.InferenceResponse(error=_error(f"refused: {exc}", "INVALID_ARG")), flags=FINAL)
+            self.io.send_error(sender, f"refused: {exc}", "INVALID_ARG")
             return
         limits = {"max_num_batched_tokens": config.max_num_batched_tokens, "max_wait_ms": config.max_wait_ms}
         pb_utils.Logger.log_info(f"llm: live control set {limits}")
         text = np.array([json.dumps(limits).encode()], dtype=np.object_)
-        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]), flags=FINAL)
+        sender.send(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", text)]), flags=self.io.FINAL)
 
-    def _responder(self, parsed: ParsedRequest, sender):
+    def _responder(self, parsed, sender):
         plan = ResponsePlan(parsed)
 
-        def on_output(output: RequestOutput) -> None:
+        def on_output(output) -> None:
             for reply in plan.replies(output):
-                sender.send(self._response(parsed, reply), flags=FINAL if reply.final else 0)
+                self.io.send_reply(sender, parsed, reply)
 
         return on_output
-
-    @staticmethod
-    def _response(parsed: ParsedRequest, reply: Reply):
-        if reply.error is not None:
-            code = "CANCELLED" if reply.cancelled else "UNAVAILABLE" if reply.overloaded else "INTERNAL"
-            return pb_utils.InferenceResponse(error=_error(reply.error, code))
-        tensors = [pb_utils.Tensor("text_output", np.array([reply.text.encode("utf-8")], dtype=np.object_))]
-        if parsed.return_finish_reason:
-            tensors.append(pb_utils.Tensor("finish_reason", np.array([str(reply.finish_reason).encode()], dtype=np.object_)))
-        if parsed.return_num_input_tokens:
-            tensors.append(pb_utils.Tensor("num_input_tokens", np.array([reply.num_input_tokens], dtype=np.uint32)))
-        if parsed.return_num_output_tokens:
-            tensors.append(pb_utils.Tensor("num_output_tokens", np.array([reply.num_output_tokens], dtype=np.uint32)))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
         # logged on both sides: when an unload hangs, the log tells whether Triton got as far as
