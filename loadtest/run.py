@@ -26,6 +26,7 @@ from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports, port_in_use
 from tools.serve.interrupts import raise_interrupted
+from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
 from tools.triton_client import TritonClient
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ui", action="store_true", help="locust's web UI instead of headless (Ctrl-C ends it, then the verdict)")
     run.add_argument("--web-port", type=int, default=8089, help="web UI port with --ui (default: %(default)s)")
     run.add_argument("--no-start", action="store_true", help="fail instead of starting Triton when none answers")
+    add_llm_engine_argument(run)
     add_load_options(parser)
     add_slo_arguments(parser)
     add_verbosity_flags(parser)
@@ -79,6 +81,7 @@ class RunSettings:
     ui: bool
     web_port: int
     start: bool  # start a Triton when none answers
+    llm_engine: str  # the engine of `llm` on a server this run starts (tools/serve/llm_engine.py)
     load: LoadValues  # forwarded to locust
     slos: dict[str, ClassSLO]
     locust_args: list[str]  # passed to locust unchanged
@@ -99,6 +102,7 @@ class RunSettings:
             ui=args.ui,
             web_port=args.web_port,
             start=not args.no_start,
+            llm_engine=args.llm_engine,
             load=load,
             slos=ClassSLO.per_class_from_cli_args(args),
             locust_args=args.locust_args[1:] if args.locust_args[:1] == ["--"] else args.locust_args,
@@ -119,9 +123,9 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = True) -> Iterator[None]:
+def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = True, llm_engine: str = "native") -> Iterator[None]:
     """Use the server that answers at `http_url`, or (unless `start` is False) start one on
-    those ports."""
+    those ports, `llm` on `llm_engine`."""
     if TritonClient(http_url).server_ready():
         log.info("using the Triton server at %s", http_url)
         yield
@@ -135,9 +139,16 @@ def triton_for(http_url: str, grpc_url: str, report_dir: Path, start: bool = Tru
     metrics_port = ServerOptions().metrics_port
     if port_in_use(host, metrics_port):
         metrics_port = free_ports(1, host)[0]
-    options = ServerOptions(host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, exit_timeout_s=5)
+    options = ServerOptions(
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        exit_timeout_s=5,
+        model_config_name=config_name_for(llm_engine),
+    )
     log.info("no Triton at %s; starting one (log: %s)", http_url, report_dir / "triton.log")
-    with LocalTriton(options, log_path=report_dir / "triton.log").start():
+    with LocalTriton(options, log_path=report_dir / "triton.log").start(READY_TIMEOUT_S[llm_engine]):
         yield
 
 
@@ -227,7 +238,7 @@ def run(argv: list[str] | None = None) -> int:
     report_dir.mkdir(parents=True, exist_ok=True)
     csv_prefix, html = report_dir / "locust", report_dir / "report.html"
     try:
-        with triton_for(settings.triton_http_url, settings.triton_grpc_url, report_dir, start=settings.start):
+        with triton_for(settings.triton_http_url, settings.triton_grpc_url, report_dir, settings.start, settings.llm_engine):
             # The statistics table is the embedding pipeline's; the LLM reports through its
             # own metrics (`make metrics`, the Grafana LLM dashboard).
             models = () if settings.workload == "llm" else MODELS

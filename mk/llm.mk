@@ -1,6 +1,6 @@
-# The generative model (`llm`) measured against llama.cpp's server (docs/llm.md).
+# The generative model (`llm`) on both engines, measured against vLLM's own server and llama.cpp's server (docs/llm.md).
 #   make llama-server                        build llama.cpp's llama-server into build/llama.cpp (~1 h on 2 shared cores; once)
-#   make bench-llm                           our three modes and llama-server, the full load (reports/bench-llm/, ~55 min)
+#   make bench-llm                           our three modes, vLLM in Triton, vLLM's server (and llama-server when built), the full load
 #   make bench-llm BENCH_LLM_ARGS=--quick    a short run (~12 min)
 #   make bench-llm BENCH_LLM_ARGS="--targets iteration,llama-server --concurrency 1,16"
 # The CPU flags are explicit: GGML_NATIVE=ON built a binary that died at start on the AMX machine,
@@ -39,5 +39,5 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 	time nice -n 10 cmake --build $(LLAMA_CPP_DIR)/cmake --target llama-server -j $(LLAMA_CPP_JOBS)
 	cp $(LLAMA_CPP_DIR)/cmake/bin/llama-server $@
 
-bench-llm: export $(LLAMA_SERVER) ## iteration / request / none modes and llama-server under one seeded streaming load, reports/bench-llm/ (BENCH_LLM_ARGS=--quick)
+bench-llm: export ## our engine's 3 modes, vLLM in Triton, vLLM's server (and llama-server once built) under one seeded load, reports/bench-llm/ (BENCH_LLM_ARGS=--quick)
 	$(PY) -m tools.llmbench --llama-server $(LLAMA_SERVER) $(BENCH_LLM_ARGS)

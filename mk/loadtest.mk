@@ -14,4 +14,4 @@ loadtest-ui: export ## the same with locust's web UI on http://127.0.0.1:8089
 	$(PY) -m loadtest.run --ui $(LOADTEST_ARGS)
 
 loadtest-llm: export ## locust LLM users streaming from `llm`, with a TTFT/ITL SLO verdict (LOADTEST_ARGS)
-	$(PY) -m loadtest.run --workload llm $(LOADTEST_ARGS)
+	$(PY) -m loadtest.run --workload llm --llm-engine $(LLM_ENGINE) $(LOADTEST_ARGS)

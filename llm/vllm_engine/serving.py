@@ -47,7 +47,7 @@ from llm.vllm_engine.knobs import SERVER_ENVIRONMENT, VllmKnobs
 
 POLL_INTERVAL_S = 0.1
 POLLS_PER_TICK = 16
-UNLOAD_MESSAGE = "the model is being unloaded"
+UNLOAD_MESSAGE = "cannot serve the request: the model is being unloaded"  # the gateway maps "cannot serve" to 503
 
 
 class ServerBusy(Exception):

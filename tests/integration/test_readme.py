@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 
@@ -71,3 +72,45 @@ def test_readme_llm_command_generates_text(llm_triton) -> None:
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     assert answer["model_name"] == "llm" and answer["text_output"].startswith("The capital of France is"), answer
+
+
+def llm_commands() -> list[str]:
+    """The README's generative-model lines: Triton's /generate and the gateway's chat."""
+    return [command for command in client_commands() if "/models/llm/" in command or "/v1/chat/completions" in command]
+
+
+def test_serve_with_the_vllm_engine_answers_the_readmes_llm_examples_from_vllm() -> None:
+    """`make serve LLM_ENGINE=vllm` is `python -m tools.serve --llm-engine vllm`: the same README
+    lines, answered by vLLM (the served config says so), then SIGTERM stops everything."""
+    from tests.integration.test_cli import LineCollector
+    from tools.ports import free_ports
+    from tools.triton_client import TritonClient
+
+    http, grpc, metrics, gateway = free_ports(4)
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--gateway-port", str(gateway)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.serve", "--runtime", "local", "--llm-engine", "vllm", *ports, "--exit-timeout", "20"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    output = LineCollector(process.stderr)
+    try:
+        output.wait_for("Triton is ready", process, timeout_s=900)
+        output.wait_for("gateway metrics", process)
+        assert TritonClient(f"127.0.0.1:{http}").config("llm").parameters["engine"].string_value == "vllm"
+        for command in llm_commands():
+            command = command.replace("localhost:8000", f"localhost:{http}").replace("localhost:8080", f"localhost:{gateway}")
+            result = subprocess.run(command, shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+            assert result.returncode == 0, result.stderr
+            answer = json.loads(result.stdout)
+            if "/generate" in command:
+                assert answer["text_output"].startswith("The capital of France is") and "Paris" in answer["text_output"], answer
+            else:
+                assert "Paris" in answer["choices"][0]["message"]["content"], answer
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -85,3 +85,28 @@ def test_server_flags_spell_the_same_engine_on_the_command_line() -> None:
     assert "--no-enable-prefix-caching" in flags and "--enforce-eager" in flags
     assert flags[flags.index("--max-num-seqs") + 1] == "8"
     assert flags[flags.index("--scheduling-policy") + 1] == "fcfs"
+
+
+def test_the_vllm_environment_is_found_from_the_model_folder_and_its_absence_named(tmp_path: Path) -> None:
+    from tools.repo.artifacts import environment_path, missing_environments
+
+    config = load_config(VLLM_CONFIG)
+    assert environment_path(config, MODEL_REPOSITORY / "llm") == (MODEL_REPOSITORY.parent / ".venv-vllm").resolve()
+    model = tmp_path / "repo" / "llm"
+    (model / "configs").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(NATIVE_CONFIG.read_text())
+    (model / "configs" / "vllm.pbtxt").write_text(VLLM_CONFIG.read_text())
+    assert missing_environments(tmp_path / "repo") == []  # config.pbtxt: no environment of its own
+    assert missing_environments(tmp_path / "repo", "vllm") == [("llm", (tmp_path / ".venv-vllm").resolve())]
+
+
+def test_a_preset_copies_the_vllm_config_with_its_environment_made_absolute(tmp_path: Path) -> None:
+    from tools.repo.artifacts import EXECUTION_ENV_KEY, missing_artifacts
+    from tools.repo.presets import write_preset
+
+    if missing_artifacts(MODEL_REPOSITORY, "vllm"):
+        pytest.skip("needs `make export` (the preset links the exported files)")
+    out = write_preset("chat", out=tmp_path / "chat")
+    copied = load_config(out / "llm" / "configs" / "vllm.pbtxt")
+    assert copied.parameters[EXECUTION_ENV_KEY].string_value == str((MODEL_REPOSITORY.parent / ".venv-vllm").resolve())
+    assert engine_of({key: value.string_value for key, value in copied.parameters.items()}) == "vllm"

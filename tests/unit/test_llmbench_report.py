@@ -80,6 +80,29 @@ def test_the_comparisons_state_the_issues_targets_as_measured_ratios() -> None:
     assert len(lines) == 3  # no 32-stream level ran: nothing is claimed about it
 
 
+def test_the_comparisons_state_what_the_triton_path_costs_vllm_and_our_engine_against_it() -> None:
+    levels = [level("vllm", "closed", 16, 0.2, 330.0, 900.0), level("vllm-server", "closed", 16, 0.2, 360.0, 800.0)]
+    levels.append(level("llm iteration", "closed", 16, 0.1, 165.0, 1500.0))
+    lines = comparisons(levels)
+    assert lines[0] == (
+        "- 16 streams: vLLM inside Triton's output tokens/s are 0.92x vLLM's own server's, its TTFT p99 1.12x "
+        "(what the Triton path costs; target at 16 streams: >= 0.9x)"
+    )
+    assert lines[1] == "- 16 streams: our engine's (iteration) output tokens/s are 0.50x vLLM's inside Triton"
+
+
+def test_vllms_own_server_runs_the_knobs_of_the_vllm_config_on_the_same_checkpoint(tmp_path: Path) -> None:
+    from llm.serving.knobs import parameters_from_pbtxt
+    from llm.vllm_engine.knobs import VllmKnobs
+    from tools.llmbench.targets import VLLM_CONFIG, VllmServerTarget
+
+    command = VllmServerTarget(tmp_path / "hf").command(9123)
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    knobs = VllmKnobs.from_parameters(parameters_from_pbtxt(VLLM_CONFIG))
+    assert command[3 : 3 + len(knobs.server_flags(tmp_path / "hf"))] == knobs.server_flags(tmp_path / "hf")
+    assert command[-6:] == ["--host", "127.0.0.1", "--port", "9123", "--served-model-name", "llm"]
+
+
 def test_the_markdown_names_the_cpu_the_slo_the_runs_and_every_level() -> None:
     text = render_markdown(report())
     assert "AMD EPYC, 2 cores, avx2" in text and "runs: 1" in text and "TTFT <= 1000 ms" in text
@@ -111,7 +134,7 @@ def test_a_full_run_of_four_targets_is_planned_to_end_well_within_an_hour() -> N
 
 @pytest.mark.parametrize("text", ["iteration,nope", ""])
 def test_an_unknown_target_is_refused_with_the_choices(text: str) -> None:
-    with pytest.raises(ValueError, match="choose from iteration, request, none, llama-server"):
+    with pytest.raises(ValueError, match="choose from iteration, request, none, vllm, vllm-server, llama-server"):
         selected_targets(text)
 
 

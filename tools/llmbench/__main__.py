@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"short levels: streams {QUICK.concurrency}, Poisson {QUICK.rates} req/s, {QUICK.seconds:g} s each",
     )
-    parser.add_argument("--targets", default=",".join(TARGET_NAMES), help=f"comma-separated, of {', '.join(TARGET_NAMES)} (default: all)")
+    parser.add_argument(
+        "--targets",
+        default=None,
+        help=f"comma-separated, of {', '.join(TARGET_NAMES)} (default: all; llama-server only when built: `make llama-server`)",
+    )
     parser.add_argument(
         "--concurrency", type=lambda t: _numbers(t, int), help="closed-loop streams per level (default: 1,4,16,32; quick 1,16)"
     )
@@ -244,7 +248,10 @@ def level_entry(
 
 def run_bench(args: argparse.Namespace) -> dict:
     plan = plan_of(args)
-    names = selected_targets(args.targets)
+    names = selected_targets(args.targets or ",".join(TARGET_NAMES))
+    if args.targets is None and not args.llama_server.is_file():
+        names.remove(LLAMA_SERVER)
+        log.info("llama-server is not built (%s): measuring without it; `make llama-server` adds it (about an hour)", args.llama_server)
     if LLAMA_SERVER in names and not args.llama_server.is_file():
         raise FileNotFoundError(f"no llama-server at {args.llama_server}; build it with `make llama-server`")
     cpu = cpu_description()

@@ -34,6 +34,7 @@ from tools.ports import free_ports
 from tools.reliability.llm_traffic import CANCELLED, OK, REJECTED, Outcome, Traffic
 from tools.reliability.soak import memory, rss_mb
 from tools.serve.gateway_process import GatewayProcess
+from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions
 from tools.triton_client import TritonClient, fetch_metrics, metric_total
 
@@ -269,12 +270,15 @@ def write_report(report: LlmSoakReport, directory: Path) -> Path:
 
 
 def soak_config(client: TritonClient):
-    """The committed `llm` config with SOAK_KNOBS (a config override; the committed file is untouched)."""
+    """The served `llm` config with SOAK_KNOBS (a config override; the committed file is untouched).
+    On vLLM the KV pool stays as configured: vLLM refuses a pool smaller than one max_model_len."""
     committed = client.config(LLM_MODEL)
     config = type(committed)()
     config.CopyFrom(committed)
+    vllm = "engine" in config.parameters and config.parameters["engine"].string_value == "vllm"
     for name, value in SOAK_KNOBS.items():
-        config.parameters[name].string_value = value
+        if not (vllm and name == "kv_cache_bytes"):
+            config.parameters[name].string_value = value
     return config
 
 
@@ -287,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="tokens a good request asks for")
     parser.add_argument("--memory-threshold-mb", type=float, default=defaults.memory_threshold_mb)
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "reports" / "soak-llm")
+    add_llm_engine_argument(parser)
     add_verbosity_flags(parser)
     return parser
 
@@ -297,6 +302,7 @@ class SoakCommand:
 
     soak: SoakSettings
     output: Path
+    llm_engine: str = "native"
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> SoakCommand:
@@ -316,7 +322,7 @@ class SoakCommand:
             max_tokens=args.max_tokens,
             memory_threshold_mb=args.memory_threshold_mb,
         )
-        return cls(soak, args.output)
+        return cls(soak, args.output, args.llm_engine)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -332,8 +338,9 @@ def run(argv: list[str] | None = None) -> int:
         model_repository=MODEL_REPOSITORY,
         model_control_mode="explicit",
         load_models=(LLM_MODEL,),
+        model_config_name=config_name_for(command.llm_engine),
     )
-    with LocalTriton(options, log_path=output / "triton.log").start() as server:
+    with LocalTriton(options, log_path=output / "triton.log").start(READY_TIMEOUT_S[command.llm_engine]) as server:
         server.client.load(LLM_MODEL, soak_config(server.client))
         gateway = GatewayProcess(
             options.grpc_url,

@@ -69,16 +69,28 @@ EXECUTION_ENV_KEY = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
 
 
+def environment_path(config: ModelConfig, model_dir: Path) -> Path | None:
+    """The folder a Python model's stub runs in (EXECUTION_ENV_PATH, Triton's variable resolved), or None."""
+    if config.backend != "python" or EXECUTION_ENV_KEY not in config.parameters:
+        return None
+    text = config.parameters[EXECUTION_ENV_KEY].string_value.replace(MODEL_DIRECTORY_VARIABLE, str(Path(model_dir).resolve()))
+    return Path(text).resolve()
+
+
+def pin_environment(config: ModelConfig, model_dir: Path) -> None:
+    """Make EXECUTION_ENV_PATH absolute, for a copy of the model that lives elsewhere (a preset,
+    a variant): the committed path is relative to the model's own folder."""
+    environment = environment_path(config, model_dir)
+    if environment is not None:
+        config.parameters[EXECUTION_ENV_KEY].string_value = str(environment)
+
+
 def missing_environments(repository: Path, config_name: str | None = None) -> list[tuple[str, Path]]:
     """(model, environment) for each Python model whose EXECUTION_ENV_PATH (Triton's Python-backend
     parameter: the stub runs in that environment) names a folder without `bin/activate`."""
     missing = []
     for model_dir in sorted(path for path in repository.iterdir() if (path / CONFIG_NAME).is_file()):
-        config = load_config(model_dir, config_name)
-        if config.backend != "python" or EXECUTION_ENV_KEY not in config.parameters:
-            continue
-        text = config.parameters[EXECUTION_ENV_KEY].string_value.replace(MODEL_DIRECTORY_VARIABLE, str(model_dir))
-        environment = Path(text).resolve()
-        if not (environment / "bin" / "activate").is_file():
+        environment = environment_path(load_config(model_dir, config_name), model_dir)
+        if environment is not None and not (environment / "bin" / "activate").is_file():
             missing.append((model_dir.name, environment))
     return missing

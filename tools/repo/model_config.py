@@ -52,6 +52,12 @@ def config_path(model_dir: Path, config_name: str | None = None) -> Path:
     return Path(model_dir) / CONFIG_NAME
 
 
+def custom_configs(model_dir: Path) -> dict[str, Path]:
+    """A model's custom configs by name (`configs/<name>.pbtxt`, Triton's --model-config-name)."""
+    folder = Path(model_dir) / "configs"
+    return {path.stem: path for path in sorted(folder.glob("*.pbtxt"))} if folder.is_dir() else {}
+
+
 def load_config(path: Path, config_name: str | None = None) -> ModelConfig:
     """Load `path` (a config file, or a model folder: the config Triton picks for `config_name`)."""
     path = Path(path)

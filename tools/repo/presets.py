@@ -25,10 +25,10 @@ from pathlib import Path
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY
-from tools.repo.artifacts import missing_artifacts
+from tools.repo.artifacts import missing_artifacts, pin_environment
 from tools.repo.candidate import Candidate, apply_candidate
 from tools.repo.instances import instance_count
-from tools.repo.model_config import CONFIG_NAME, ModelConfig, format_config, has_priority_queues, load_config
+from tools.repo.model_config import CONFIG_NAME, ModelConfig, custom_configs, format_config, has_priority_queues, load_config
 from tools.repo.variant import INTRA_OP_THREADS, copy_versions
 
 log = logging.getLogger("presets")
@@ -168,6 +168,11 @@ def write_preset(name: str, source: Path = MODEL_REPOSITORY, out: Path | None = 
         target.mkdir(parents=True)
         header = GENERATED_HEADER.format(name=name, source=source.name, model=model, purpose=preset.purpose)
         (target / CONFIG_NAME).write_text(header + format_config(config))
+        for config_name, path in custom_configs(source / model).items():  # e.g. llm's configs/vllm.pbtxt (--llm-engine vllm)
+            custom = preset.config_for(load_config(path))
+            pin_environment(custom, source / model)
+            (target / "configs").mkdir(exist_ok=True)
+            (target / "configs" / path.name).write_text(header.replace(CONFIG_NAME, f"configs/{config_name}.pbtxt") + format_config(custom))
         copy_versions(source / model, target)
         log.debug("%s: %s", model, describe(config))
     return out

@@ -33,6 +33,7 @@ from tools.serve.cli_gateway import add_serve_arguments, gateway_from_args, give
 from tools.serve.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
 from tools.serve.gateway_process import GatewayProcess, GatewayStartError, describe
 from tools.serve.health_watch import HealthWatch, reload_model
+from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 
 log = logging.getLogger("serve")
@@ -48,8 +49,6 @@ LOCAL_ONLY = {
     "health_interval": "--health-interval",
 }
 DOCKER_ONLY = {"gpu_variant": "--gpu-variant"}
-# The `llm` model's engine -> Triton's --model-config-name (None: config.pbtxt).
-LLM_ENGINE_CONFIGS = {"native": None, "vllm": "vllm"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,13 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-size-mb", type=int, default=defaults.cache_size_bytes // (1024 * 1024), help="response cache size (0: no cache)"
     )
     parser.add_argument("--exit-timeout", type=int, default=defaults.exit_timeout_s, help="seconds in-flight requests get on shutdown")
-    parser.add_argument(
-        "--llm-engine",
-        choices=("native", "vllm"),
-        default="native",
-        help="the engine of the generative model `llm`: native (config.pbtxt) or vllm (configs/vllm.pbtxt, vLLM's V1 engine in "
-        ".venv-vllm; Triton's --model-config-name=vllm) (default: %(default)s)",
-    )
+    add_llm_engine_argument(parser)
     parser.add_argument(
         "--ready-timeout",
         type=float,
@@ -172,14 +165,12 @@ def options_from_args(args: argparse.Namespace, runtime: str = "local") -> Serve
         exit_timeout_s=args.exit_timeout,
         log_verbose=args.log_verbose,
         admin_key=resolve_admin_key(args.admin_key_file, args.admin_key) if explicit else None,
-        model_config_name=LLM_ENGINE_CONFIGS[args.llm_engine],
+        model_config_name=config_name_for(args.llm_engine),
     )
 
 
 def ready_timeout_of(args: argparse.Namespace) -> float:
-    if args.ready_timeout is not None:
-        return args.ready_timeout
-    return 900.0 if args.llm_engine == "vllm" else 180.0
+    return args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S[args.llm_engine]
 
 
 def start_watch(server: LocalTriton, interval_s: float, restart: threading.Event) -> HealthWatch:
