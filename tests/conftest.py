@@ -50,7 +50,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     clean-clone CI run keeps nothing else of what the server saw."""
     report = yield
     if report.failed:
-        for name in ("llm_triton", "explicit_triton", "vllm_triton"):
+        for name in ("llm_triton", "explicit_triton", "vllm_triton", "llm_server"):
             server = getattr(item, "funcargs", {}).get(name)
             if isinstance(server, LocalTriton):
                 report.sections.append((f"{name} log (last 60 lines)", server.log_tail(60)))
@@ -127,6 +127,13 @@ def vllm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTrito
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["native", "vllm"])
+def llm_server(request) -> LocalTriton:
+    """The `llm` model on each engine in turn (the session's llm_triton, then vllm_triton): the
+    tests using it hold both engines to the same behaviour."""
+    return request.getfixturevalue("llm_triton" if request.param == "native" else "vllm_triton")
 
 
 @pytest.fixture(scope="session")

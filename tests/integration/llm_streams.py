@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from tools.triton_client import fetch_metrics
+
 MODEL = "llm"
 TIMEOUT_S = 600.0  # generous: the suite's machines differ 4x in speed and are shared
 
@@ -140,3 +142,23 @@ def generate(http_url: str, body: dict, stream: bool = False, timeout_s: float =
         return status, [json.loads(payload)]
     events = [line.removeprefix("data: ") for line in payload.splitlines() if line.startswith("data: ")]
     return status, [json.loads(event) for event in events]
+
+
+def wait_until(condition, timeout_s: float = 120.0) -> bool:
+    """Poll `condition` until it holds (True) or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def wait_for_metrics(server, condition, timeout_s: float = 120.0) -> list:
+    """The server's metric samples once `condition(samples)` holds, or the last ones after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = fetch_metrics(server.options.metrics_url)
+        if condition(samples) or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.1)

@@ -1,5 +1,6 @@
-"""Bad input to the `llm` model: a clear error naming the problem (HTTP 400 through /generate,
-an error response over the gRPC stream), nothing hangs, and other streams keep going."""
+"""Bad input to the `llm` model, on each engine: a clear error naming the problem (HTTP 400
+through /generate, an error response over the gRPC stream), nothing hangs, and other streams
+keep going."""
 
 from __future__ import annotations
 
@@ -38,17 +39,17 @@ def as_text(sampling) -> str | None:
 
 
 @pytest.mark.parametrize(("case", "prompt", "sampling", "message"), BAD, ids=[case[0] for case in BAD])
-def test_generate_answers_bad_input_with_400_naming_the_problem(llm_triton, case, prompt, sampling, message) -> None:
+def test_generate_answers_bad_input_with_400_naming_the_problem(llm_server, case, prompt, sampling, message) -> None:
     body = {"text_input": prompt}
     if sampling is not None:
         body["sampling_parameters"] = as_text(sampling)
-    status, (answer,) = generate(llm_triton.options.http_url, body)
+    status, (answer,) = generate(llm_server.options.http_url, body)
     assert status == 400, answer
     assert message in answer["error"]
 
 
-def test_bad_input_over_grpc_gets_one_final_error_each_while_another_stream_goes_on(llm_triton) -> None:
-    good, bad = LlmStream(llm_triton.options.grpc_url), LlmStream(llm_triton.options.grpc_url)
+def test_bad_input_over_grpc_gets_one_final_error_each_while_another_stream_goes_on(llm_server) -> None:
+    good, bad = LlmStream(llm_server.options.grpc_url), LlmStream(llm_server.options.grpc_url)
     try:
         _, running = good.send(grpc_inputs("Describe a forest.", sampling={"max_tokens": 32, "ignore_eos": True}))
         good.wait(lambda: len(running.times) >= 1)
@@ -67,8 +68,8 @@ def test_bad_input_over_grpc_gets_one_final_error_each_while_another_stream_goes
         bad.close(cancel=True)
 
 
-def test_streaming_with_the_prompt_included_is_refused(llm_triton) -> None:
-    connection = LlmStream(llm_triton.options.grpc_url)
+def test_streaming_with_the_prompt_included_is_refused(llm_server) -> None:
+    connection = LlmStream(llm_server.options.grpc_url)
     try:
         connection.send(grpc_inputs("Hi", exclude_input_in_output=False))
         assert "exclude_input_in_output=false cannot be used with stream=true" in connection.next_error()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import openai
 import pytest
 
 from tests.conftest import start_gateway
+from tests.integration.llm_streams import wait_until
 from tools.contract import LLM_MODEL
 from tools.paths import REPO_ROOT
 from tools.reliability.llm_soak import LlmSoakReport, SoakSettings, Targets, run_llm_soak, soak_config
@@ -23,15 +23,6 @@ from tools.reliability.llm_traffic import CANCELLED, ERROR, OK, REJECTED
 from tools.triton_client import fetch_metrics, metric_total
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
-
-
-def wait_until(condition, timeout_s: float = 120.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @pytest.fixture(scope="module")
