@@ -64,8 +64,10 @@ class GenerationRequest:
     sampling: dict[str, object] = field(default_factory=dict)  # temperature, top_p, seed, stop
 
     def sampling_parameters(self, priority: int, max_tokens: int) -> dict[str, object]:
-        """The `llm` model's sampling_parameters; `max_tokens` is settled by the caller."""
-        return {**self.sampling, "max_tokens": max_tokens, "priority": priority}
+        """The `llm` model's sampling_parameters; `max_tokens` is settled by the caller. The
+        default priority (0) is left out: NVIDIA's Triton vLLM backend hands every key to vLLM's
+        SamplingParams, which has no `priority` (ours, and vLLM's generate(), take it)."""
+        return {**self.sampling, "max_tokens": max_tokens, **({"priority": priority} if priority else {})}
 
 
 def _int(payload: dict, name: str, low: int | None = None) -> int | None:

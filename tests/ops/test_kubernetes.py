@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from llm.metrics import FAMILIES
-from tests.ops.conftest import K8S_DIR, MONITORING_DIR, run, system_tool, venv_tool
+from tests.ops.conftest import DOCKER_DIR, K8S_DIR, MONITORING_DIR, run, system_tool, venv_tool
+from tests.ops.vllm_backend import NVIDIA_VLLM_FAMILIES
 from tools.observe.prometheus_rule import OUTPUT as PROMETHEUS_RULE
 from tools.observe.prometheus_rule import render as render_prometheus_rule
 from tools.serve.admin_key import AdminKeyError, restricted_api_flags, server_command
@@ -19,7 +20,7 @@ from tools.serve.admin_key import AdminKeyError, restricted_api_flags, server_co
 BASE_FILES = sorted((K8S_DIR / "base").glob("*.yaml"))
 LOADER = K8S_DIR / "model-loader" / "pod.yaml"
 OPERATOR_DIR = K8S_DIR / "components" / "prometheus-operator"
-OVERLAYS = ("base", "overlays/gpu", "overlays/object-store")
+OVERLAYS = ("base", "overlays/gpu", "overlays/object-store", "overlays/vllm-gpu")
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # no schema in the validator; checked below
 
 
@@ -186,3 +187,33 @@ def test_the_prometheusrule_spec_passes_promtool(tmp_path) -> None:
     path.write_text(yaml.safe_dump({"groups": yaml.safe_load(PROMETHEUS_RULE.read_text())["spec"]["groups"]}))
     result = run([promtool, "check", "rules", str(path)])
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_vllm_overlay_runs_nvidias_vllm_image_on_the_same_volume_with_the_same_probes() -> None:
+    """overlays/vllm-gpu: the image of docker/Dockerfile.vllm, the repository at /models (where
+    model.json names the checkpoint), the model probes of the base with a longer startup budget."""
+    from tools.repo.variant import CONTAINER_REPOSITORY
+
+    documents = render("overlays/vllm-gpu")
+    spec = the(documents, "Deployment")["spec"]["template"]["spec"]
+    container = triton_container(spec)
+    assert container["image"].rsplit(":", 1)[0].endswith("/triton-embed-vllm")
+    tag = container["image"].rsplit(":", 1)[1]
+    assert re.search(rf"^ARG TRITON_VERSION={re.escape(tag)}$", (DOCKER_DIR / "Dockerfile.vllm").read_text(), re.M)
+    (models,) = [mount for mount in container["volumeMounts"] if mount["name"] == "models"]
+    assert models["mountPath"] == CONTAINER_REPOSITORY and models["readOnly"] is True
+    base = triton_container(the(render("base"), "Deployment")["spec"]["template"]["spec"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == base[probe]["httpGet"]
+    assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 600
+    assert any(c["name"] == "gateway" for c in spec["containers"]), "the overlay keeps overlays/gpu's gateway"
+
+
+def test_the_vllm_overlays_hpa_scales_only_on_metrics_nvidias_backend_lets_the_adapter_serve() -> None:
+    """NVIDIA's backend writes no waiting-requests gauge: an HPA metric the adapter cannot serve
+    would block every scale-in, so the overlay drops it and keeps the embedding queue time."""
+    adapter = {r["name"]["as"]: r for r in yaml.safe_load((K8S_DIR / "prometheus-adapter" / "values.yaml").read_text())["rules"]["custom"]}
+    metrics = the(render("overlays/vllm-gpu"), "HorizontalPodAutoscaler")["spec"]["metrics"]
+    names = [metric["pods"]["metric"]["name"] for metric in metrics]
+    assert names == ["triton_queue_time_us_per_request"]
+    assert "vllm:num_requests_waiting" not in NVIDIA_VLLM_FAMILIES and "vllm:" not in adapter[names[0]]["seriesQuery"]

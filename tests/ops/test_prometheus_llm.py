@@ -1,5 +1,6 @@
 """The LLM's monitoring: its rules and dashboard read only metrics the `llm` model writes
-(llm/metrics.py), its SLO is the LLM benchmark's, and a real Prometheus scraping a real
+(llm/metrics.py), or NVIDIA's vLLM backend's name for one of them beside ours (the vllm-gpu
+variant), its SLO is the LLM benchmark's, and a real Prometheus scraping a real
 Triton serving the LLM under streaming load gets data for every LLM recording rule, every
 LLM panel query and the HPA adapter's waiting-requests query."""
 
@@ -18,6 +19,7 @@ from tests.integration.llm_streams import LlmStream, generate, grpc_inputs
 from tests.ops.conftest import K8S_DIR, MONITORING_DIR
 from tests.ops.prometheus_server import PROMETHEUS_DIR, query, running_prometheus, wait_for_data
 from tests.ops.test_prometheus import VARIABLES, as_grafana_sends_all, panel_queries
+from tests.ops.vllm_backend import NVIDIA_ALIASES, NVIDIA_VLLM_FAMILIES
 from tools.load.llm.figures import Slo
 
 LLM_DASHBOARD = MONITORING_DIR / "grafana" / "dashboards" / "triton-llm.json"
@@ -54,9 +56,14 @@ def metrics_read(expr: str) -> set[str]:
     return {HISTOGRAM_SERIES.sub("", name) for name in METRIC.findall(expr)}
 
 
+def ours_read(expr: str) -> set[str]:
+    """The families an expression reads under our names (NVIDIA's backend's aliases left out)."""
+    return metrics_read(expr) - set(NVIDIA_ALIASES)
+
+
 def exported(expressions: list[str]) -> list[str]:
     """The expressions whose every metric llm/metrics.py writes today."""
-    return [expr for expr in expressions if metrics_read(expr) <= set(FAMILIES)]
+    return [expr for expr in expressions if ours_read(expr) <= set(FAMILIES)]
 
 
 def test_the_llm_dashboard_selects_data_source_namespace_pod_and_model() -> None:
@@ -90,10 +97,32 @@ def test_the_llm_dashboard_shows_latencies_load_kv_preemptions_prefix_hits_and_t
 
 
 def test_the_llm_rules_and_dashboard_read_only_metrics_the_llm_writes() -> None:
-    """A renamed metric would leave a panel or an alert silently empty."""
+    """A renamed metric would leave a panel or an alert silently empty. NVIDIA's backend's own
+    name for one of ours is read only beside ours (`ours or theirs`), never instead of it."""
     expressions = [rule["expr"] for rule in llm_rules()] + panel_queries(LLM_DASHBOARD)
-    read = set().union(*(metrics_read(expr) for expr in expressions))
+    read = set().union(*(ours_read(expr) for expr in expressions))
     assert read <= set(FAMILIES), read - set(FAMILIES)
+    for expr in expressions:
+        for theirs in metrics_read(expr) & set(NVIDIA_ALIASES):
+            assert NVIDIA_ALIASES[theirs] in metrics_read(expr) and " or " in expr, expr
+
+
+def test_the_latency_and_token_rules_and_panels_also_read_nvidias_vllm_backend() -> None:
+    """Served by NVIDIA's Triton vLLM container (the vllm-gpu variant), TTFT, inter-token and
+    end-to-end latency and the token rates keep their data: the SLO alerts work there too."""
+    assert set(NVIDIA_ALIASES.values()) <= set(FAMILIES) and set(NVIDIA_ALIASES) <= NVIDIA_VLLM_FAMILIES
+    theirs = {NVIDIA_ALIASES.get(name, name) for name in NVIDIA_VLLM_FAMILIES}
+    records = llm_recording_rules()
+    served = {name for name, expr in records.items() if metrics_read(expr) and ours_read(expr) <= theirs}
+    assert served >= {
+        "model:llm_time_to_first_token_seconds:p99_5m",
+        "model:llm_inter_token_latency_seconds:p99_5m",
+        "model:llm_e2e_request_latency_seconds:p99_5m",
+        "model:llm_prompt_tokens:rate1m",
+        "model:llm_generation_tokens:rate1m",
+    }
+    itl_panel = [expr for expr in panel_queries(LLM_DASHBOARD) if "vllm:inter_token_latency_seconds" in expr]
+    assert itl_panel and all("vllm:time_per_output_token_seconds_bucket" in expr for expr in itl_panel)
 
 
 def test_the_llm_slo_in_the_rules_is_the_llm_benchmarks_default() -> None:

@@ -37,6 +37,7 @@ from tools.llmbench.targets import (
     MODEL,
     MODES,
     VLLM,
+    VLLM_CONFIG,
     VLLM_SERVER,
     LlamaServerTarget,
     ModeTarget,
@@ -51,7 +52,7 @@ from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths, warmup_request
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.machine import cpu_description
-from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT, VLLM_PYTHON
 from tools.triton_client import TritonClient
 
 log = logging.getLogger("bench-llm")
@@ -134,6 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="a running Triton (host:http_port) in explicit model-control mode; default: start one")
     parser.add_argument("--grpc-url", help="its gRPC host:port (default: the HTTP port + 1)")
     parser.add_argument("--admin-key", help="the running server's model-control key, if restricted")
+    parser.add_argument(
+        "--vllm-python",
+        type=Path,
+        default=VLLM_PYTHON,
+        help="vllm-server: the interpreter with vLLM (default: .venv-vllm's; a GPU host's own)",
+    )
+    parser.add_argument(
+        "--vllm-config", type=Path, default=VLLM_CONFIG, help="vllm-server: the config whose knobs it runs (default: configs/vllm.pbtxt)"
+    )
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER, help="the binary (make llama-server)")
     parser.add_argument("--llama-parallel", type=int, default=16, help="llama-server --parallel (default 16: llm's max_num_seqs)")
     parser.add_argument("--llama-context", type=int, default=32768, help="llama-server --ctx-size, unified across slots")
@@ -271,7 +281,7 @@ def run_bench(args: argparse.Namespace) -> dict:
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))
         if VLLM_SERVER in names:
-            targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER))
+            targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
         if LLAMA_SERVER in names:
             targets.append(LlamaServerTarget(args.llama_server, gguf_path(), args.llama_parallel, args.llama_context, args.llama_threads))
         for target in targets:

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--gpu-variant",
-        choices=("gpu", "tensorrt"),
+        choices=("gpu", "tensorrt", "vllm-gpu"),
         default=None,
         help="docker runtime only: the generated repository to serve (default gpu; tensorrt needs `make export TARGET=tensorrt` first)",
     )

@@ -38,6 +38,8 @@ log = logging.getLogger("docker")
 
 COMPOSE_FILE = REPO_ROOT / "docker" / "compose.yaml"
 GATEWAY_COMPOSE_FILE = REPO_ROOT / "docker" / "compose.gateway.yaml"  # the OpenAI-compatible gateway, an override
+# Per GPU variant, the override that runs its container (vllm-gpu: NVIDIA's Triton vLLM image).
+VARIANT_COMPOSE_FILES = {"vllm-gpu": REPO_ROOT / "docker" / "compose.vllm.yaml"}
 PROJECT_NAME = "triton-embed"
 # Kept across starts, so a tuner pointed at the stack can read it; git ignores build/.
 ADMIN_KEY_FILE = BUILD_DIR / "docker" / "admin-key"
@@ -178,9 +180,11 @@ def compose_environment(options: ServerOptions, model_repository: Path, admin_ke
     return env
 
 
-def compose_file_args(gateway: bool = True) -> list[str]:
-    """`-f` for compose.yaml, and for the gateway's override when it runs (or is stopped)."""
+def compose_file_args(gateway: bool = True, kind: str = "gpu") -> list[str]:
+    """`-f` for compose.yaml, for the gateway's override when it runs (or is stopped), and for
+    the variant's own override last (it replaces Triton's image and repository)."""
     files = [COMPOSE_FILE, GATEWAY_COMPOSE_FILE] if gateway else [COMPOSE_FILE]
+    files += [VARIANT_COMPOSE_FILES[kind]] if kind in VARIANT_COMPOSE_FILES else []
     return [part for path in files for part in ("-f", str(path))]
 
 
@@ -237,7 +241,7 @@ def serve_docker(options: ServerOptions, ready_timeout_s: float, kind: str = "gp
     """Run the stack in the foreground until Ctrl-C/SIGTERM (0), or until `compose up`
     ends on its own (its status). The caller turns SIGTERM into KeyboardInterrupt.
     With a gateway port, the OpenAI-compatible gateway runs too (docker/compose.gateway.yaml)."""
-    base = [*compose_command(), "-p", PROJECT_NAME, *compose_file_args(gateway=gateway_port is not None)]
+    base = [*compose_command(), "-p", PROJECT_NAME, *compose_file_args(gateway=gateway_port is not None, kind=kind)]
     repository = DEFAULT_OUT[kind]
     write_variant(kind, repository, options.model_repository)
     log.info("generated the %s model repository %s", kind, repository)
