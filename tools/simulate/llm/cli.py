@@ -1,11 +1,18 @@
 """`python -m tools.simulate llm ...`: the step-level simulator of the `llm` model.
 
-  calibrate  time the engine's steps on designed shapes (in this process) -> step cost JSON
+  calibrate  time the engine's steps on designed shapes (in this process; --engine vllm: vLLM's
+             own engine in .venv-vllm, every step recorded) -> step cost JSON
   predict    simulate one config under one load level: TTFT, TPOT, ITL, tokens/s, goodput
   validate   predict and measure configs x levels on a real Triton; median errors per figure
 
+Each command works on the native engine (config.pbtxt) or, with --engine vllm or a --config
+whose parameters.engine is vllm, on vLLM's (configs/vllm.pbtxt, its knobs mapped onto our
+scheduler: tools/simulate/llm/vllm_setup.py); the cost model must come from the same engine.
+
 Examples:
   python -m tools.simulate llm calibrate --out build/simulate/llm-step-cost.json
+  python -m tools.simulate llm calibrate --engine vllm --quick        # -> build/simulate/llm-step-cost-vllm.json
+  python -m tools.simulate llm validate --engine vllm --cases "max_num_seqs=16;max_num_seqs=4" --live-scale
   python -m tools.simulate llm predict --cost-model build/simulate/llm-step-cost.json --concurrency 8
   python -m tools.simulate llm predict --cost-model build/simulate/llm-step-cost.json --rate 0.5 \\
       --set max_num_seqs=4,max_num_batched_tokens=128 --slo ttft=1,tpot=0.1 --json
@@ -28,15 +35,45 @@ from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.llm.figures import Slo
 from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
-from tools.paths import REPO_ROOT
 from tools.simulate.llm.engine_sim import Overheads
 from tools.simulate.llm.predict import LevelPlan, LlmPrediction, predict_level
-from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, DEFAULT_CONFIG, drawn_shapes, engine_shape, parse_overrides, read_knobs
+from tools.simulate.llm.setup import (
+    DEFAULT_CHECKPOINT,
+    ENGINE_COST_MODELS,
+    ENGINES,
+    drawn_shapes,
+    parse_overrides,
+    resolve_engine,
+    simulation_of,
+)
 from tools.simulate.llm.step_cost import StepCostModel
 
 log = logging.getLogger("simulate.llm")
 
-DEFAULT_COST_MODEL = REPO_ROOT / "build" / "simulate" / "llm-step-cost.json"
+DEFAULT_COST_MODEL = ENGINE_COST_MODELS["native"]
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, config_help: str) -> None:
+    parser.add_argument(
+        "--engine", choices=ENGINES, default=None, help="native or vllm (default: --config's parameters.engine, else native)"
+    )
+    parser.add_argument("--config", type=Path, default=None, help=config_help)
+    parser.add_argument(
+        "--cost-model", type=Path, default=None, help="step cost JSON (default: build/simulate/llm-step-cost[-vllm].json, per engine)"
+    )
+
+
+def load_cost_model(path: Path | None, engine: str) -> StepCostModel:
+    """The engine's step cost model (its default file when `path` is None); refused when it was
+    measured on the other engine: its milliseconds describe another program."""
+    path = path or ENGINE_COST_MODELS[engine]
+    if not path.is_file():
+        flag = " --engine vllm" if engine == "vllm" else ""
+        raise FileNotFoundError(f"no step cost model at {path}; run `python -m tools.simulate llm calibrate{flag} --out {path}`")
+    cost = StepCostModel.load(path)
+    if cost.engine_kind != engine:
+        raise ValueError(f"{path} was measured on the {cost.engine_kind} engine, not {engine}: calibrate on {engine}")
+    return cost
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,20 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     c = commands.add_parser("calibrate", help="time engine steps on designed shapes and fit the step cost model")
-    c.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="exported checkpoint (make export)")
-    c.add_argument("--dtype", default="float32")
-    c.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default, as the server)")
+    c.add_argument("--engine", choices=ENGINES, default=None, help="native (default) or vllm (.venv-vllm: make vllm-venv)")
+    c.add_argument("--config", type=Path, default=None, help="vllm: the config whose knobs the engine runs (default configs/vllm.pbtxt)")
+    c.add_argument("--checkpoint", type=Path, default=None, help="exported checkpoint (make export; vllm: its hf/ folder)")
+    c.add_argument("--dtype", default=None, help="native: the engine's dtype (default float32; vLLM's comes from --config)")
+    c.add_argument("--threads", type=int, default=None, help="native: torch threads (default 0: torch's default, as the server)")
     c.add_argument("--quick", action="store_true", help="fewer shapes and rounds (about a minute)")
     c.add_argument(
         "--statistic", choices=("median", "min"), default="median", help="a shape's time over its rounds (default median: the typical step)"
     )
-    c.add_argument("--out", type=Path, default=DEFAULT_COST_MODEL)
+    c.add_argument("--out", type=Path, default=None, help="default: build/simulate/llm-step-cost.json (vllm: llm-step-cost-vllm.json)")
     add_verbosity_flags(c)
 
     p = commands.add_parser("predict", help="simulate one config under one load level")
-    p.add_argument("--cost-model", type=Path, default=DEFAULT_COST_MODEL)
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="llm config.pbtxt (default: committed)")
-    p.add_argument("--set", dest="overrides", type=parse_overrides, default={}, help="knob overrides, e.g. max_num_seqs=8,policy=fcfs")
+    add_engine_arguments(p, "llm config.pbtxt (default: the engine's committed one)")
+    p.add_argument("--set", dest="overrides", default="", help="knob overrides, e.g. max_num_seqs=8,policy=fcfs")
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--concurrency", type=int, help="closed-loop streams")
     load.add_argument("--rate", type=float, help="Poisson requests/s")
@@ -89,8 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_verbosity_flags(p)
 
     v = commands.add_parser("validate", help="predict and measure configs x levels on a real Triton")
-    v.add_argument("--cost-model", type=Path, default=DEFAULT_COST_MODEL)
-    v.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="base llm config.pbtxt (default: committed)")
+    add_engine_arguments(v, "base llm config.pbtxt (default: the engine's committed one)")
     v.add_argument("--cases", default="max_num_seqs=16;max_num_seqs=4,max_num_batched_tokens=128", help="';'-separated override sets")
     v.add_argument("--concurrency", default="4", help="closed-loop levels, comma list ('' for none)")
     v.add_argument("--rates", default="0.5", help="Poisson levels in req/s, comma list ('' for none)")
@@ -123,31 +160,66 @@ def prediction_table(prediction: LlmPrediction, title: str) -> str:
     return "\n".join(lines)
 
 
-def run_calibrate(args: argparse.Namespace) -> int:
-    from tools.simulate.llm.calibrate import Design, measure
+def calibration_text(model: StepCostModel, seconds: float, out: Path) -> str:
+    fit = model.fit
+    lines = [
+        model.describe(),
+        f"  fit over {fit['samples']} shapes: median error {fit['median_rel_error']:.1%}, max {fit['max_rel_error']:.1%};"
+        f" {model.machine.get('model')}; {seconds:.0f} s -> {out}",
+    ]
+    if fit.get("median_rel_error_by_kind"):
+        kinds = ", ".join(f"{kind} {error:.1%} ({fit['shapes_by_kind'][kind]})" for kind, error in fit["median_rel_error_by_kind"].items())
+        lines.append(f"  median error by kind (shapes): {kinds}")
+    check = fit.get("vllm_elapsed_check")
+    if check:
+        lines.append(
+            f"  recorded steps against vLLM's own iteration details (elapsed_ms) over {check['steps']} steps: median ratio "
+            f"{check['median_ratio']:.3f}, {check['median_extra_ms']:.1f} ms more (the scheduler's own work), compositions agree: "
+            f"{'yes' if check['composition_agrees'] else 'no'}"
+        )
+    return "\n".join(lines)
 
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    engine, config = resolve_engine(args.engine, args.config)
+    out = args.out or ENGINE_COST_MODELS[engine]
     started = time.perf_counter()
-    design = dataclasses.replace(Design.quick() if args.quick else Design(), statistic=args.statistic)
-    model = measure(args.checkpoint, design, args.dtype, args.threads)
-    model.save(args.out)
-    print(
-        f"{model.describe()}\n  fit over {model.fit['samples']} shapes: median error {model.fit['median_rel_error']:.1%}, "
-        f"max {model.fit['max_rel_error']:.1%}; {model.machine.get('model')}; {time.perf_counter() - started:.0f} s -> {args.out}"
-    )
+    if engine == "vllm":
+        from tools.simulate.llm.vllm_calibrate import VllmDesign, measure_vllm
+
+        if args.dtype is not None or args.threads is not None:
+            raise ValueError("--dtype and --threads are the native engine's; vLLM's come from --config's knobs")
+        design = dataclasses.replace(VllmDesign.quick() if args.quick else VllmDesign(), statistic=args.statistic)
+        model = measure_vllm(config, design, args.checkpoint)
+    else:
+        from tools.simulate.llm.calibrate import Design, measure
+
+        design = dataclasses.replace(Design.quick() if args.quick else Design(), statistic=args.statistic)
+        model = measure(args.checkpoint or DEFAULT_CHECKPOINT, design, args.dtype or "float32", args.threads or 0)
+    model.save(out)
+    print(calibration_text(model, time.perf_counter() - started, out))
     return 0
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    cost = StepCostModel.load(args.cost_model)
-    config, engine = read_knobs(args.config, args.overrides)
+    from llm.serving.knobs import parameters_from_pbtxt
+
+    engine_name, config_path = resolve_engine(args.engine, args.config)
+    cost = load_cost_model(args.cost_model, engine_name)
+    overrides = parse_overrides(args.overrides, engine_name)
+    config, engine = simulation_of({**parameters_from_pbtxt(config_path), **overrides})
     schedule = ClosedLoop(args.concurrency) if args.concurrency else Poisson(args.rate)
     shapes = drawn_shapes(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
     started = time.perf_counter()
-    prediction = predict_level(cost, config, engine_shape(engine), shapes, schedule, level_of(args), args.slo, overheads_of(args))
+    prediction = predict_level(cost, config, engine, shapes, schedule, level_of(args), args.slo, overheads_of(args))
     if args.json:
-        print(json.dumps({**prediction.to_dict(), "config": vars(config), "wall_s": round(time.perf_counter() - started, 3)}))
+        print(
+            json.dumps(
+                {**prediction.to_dict(), "engine": engine_name, "config": vars(config), "wall_s": round(time.perf_counter() - started, 3)}
+            )
+        )
     else:
-        print(prediction_table(prediction, f"{args.config} {args.overrides or ''} under {prediction.label}"))
+        print(prediction_table(prediction, f"{config_path} ({engine_name}) {overrides or ''} under {prediction.label}"))
     return 0
 
 
@@ -163,19 +235,17 @@ def run_validate(args: argparse.Namespace) -> int:
     from tools.simulate.llm.live import live_server
     from tools.simulate.llm.validate import ValidationCase, validate
 
-    cost = StepCostModel.load(args.cost_model)
-    base = parameters_from_pbtxt(args.config)
-    _, engine = read_knobs(args.config)
+    engine, config = resolve_engine(args.engine, args.config)
+    cost = load_cost_model(args.cost_model, engine)
+    base = parameters_from_pbtxt(config)
     cases = [
-        ValidationCase(parse_overrides(text), schedule)
+        ValidationCase(parse_overrides(text, engine), schedule)
         for text in args.cases.split(";")
         for schedule in _levels(args.concurrency, args.rates)
     ]
     requests = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed).build(load_tokenizer(args.tokenizer))
-    with live_server(args.url, args.grpc_url, args.admin_key) as server:
-        result = validate(
-            server, cost, base, engine_shape(engine), cases, requests, level_of(args), args.slo, overheads_of(args), args.live_scale
-        )
+    with live_server(args.url, args.grpc_url, args.admin_key, vllm_config=config if engine == "vllm" else None) as server:
+        result = validate(server, cost, base, cases, requests, level_of(args), args.slo, overheads_of(args), args.live_scale)
     print(validation_table(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +261,8 @@ def _figure(figures: dict, name: str) -> str:
 
 
 def validation_table(result: dict) -> str:
-    lines = [f"{'case':58s} {'role':8s} {'tok/s sim/live':>16s} {'TTFT p99 ms':>18s} {'TPOT p50 ms':>16s}"]
+    lines = [f"engine: {result.get('engine', 'native')}"]
+    lines.append(f"{'case':58s} {'role':8s} {'tok/s sim/live':>16s} {'TTFT p99 ms':>18s} {'TPOT p50 ms':>16s}")
     for row in result["rows"]:
         p, m = row["predicted"], row["measured"]
         cells = [f"{_figure(p, n)}/{_figure(m, n)}" for n in ("output_tokens_per_s", "ttft_p99_ms", "tpot_p50_ms")]
@@ -202,6 +273,9 @@ def validation_table(result: dict) -> str:
             f"live scale {scale['factor']:.3f} from the anchor {scale['anchor']} (TPOT p50 measured {scale['measured_tpot_p50_ms']:g} ms,"
             f" predicted {scale['predicted_tpot_p50_ms']:g} ms unscaled); the medians count the held-out cases only"
         )
+    if result.get("reload_s"):
+        reloads = result["reload_s"]
+        lines.append(f"{len(reloads)} reload(s), {min(reloads):g}-{max(reloads):g} s; stuck unloads: {result.get('stuck_unloads', 0)}")
     unscaled = result.get("summary_as_calibrated", {})
     for name, item in result["summary"].items():
         median = "-" if item["median_abs_error"] is None else f"{item['median_abs_error']:.0%}"

@@ -27,7 +27,10 @@ from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import CUT, StreamRecord
 from tools.load.schedules import ClosedLoop
 from tools.simulate.llm.step_cost import StepCostModel, StepShape
+from tools.simulate.llm.vllm_policy import VllmScheduler
 
+SCHEDULERS: dict[str, type[Scheduler]] = {"native": Scheduler, "vllm": VllmScheduler}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 FILLER_TOKEN = 100  # token values do not change a step's cost
 FIRST_PROMPT_TOKEN = 1000  # each request's own first token (modulo PROMPT_TOKEN_SPAN)
 PROMPT_TOKEN_SPAN = 40_000
@@ -54,6 +57,11 @@ class EngineShape:
     num_blocks: int
     block_size: int = 16
     max_model_len: int = 8192
+    policy: str = "native"  # whose step planning: native (llm/scheduler) or vllm (tools/simulate/llm/vllm_policy.py)
+
+    def __post_init__(self) -> None:
+        if self.policy not in SCHEDULERS:
+            raise ValueError(f"an engine's policy is one of {', '.join(SCHEDULERS)}, got {self.policy!r}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,7 @@ class EngineSimulation:
     def run(self, schedule: Schedule, on_step: Callable[[float, Scheduler, list[StreamRecord]], None] | None = None) -> SimResult:
         """`on_step(end, scheduler, records)` after every step (tools.adapt's controller
         observes and sets the scheduler's step limits there)."""
-        scheduler = Scheduler(
+        scheduler = SCHEDULERS[self.engine.policy](
             self.config, block_size=self.engine.block_size, num_blocks=self.engine.num_blocks, max_model_len=self.engine.max_model_len
         )
         limit = self.seconds + self.drain_s

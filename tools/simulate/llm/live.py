@@ -13,9 +13,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm.serving.knobs import BACKEND_KEYS
 from tools.contract import LLM_MODEL
 from tools.llmbench.driver import LevelDriver, Schedule
 from tools.load.llm.clients import TritonStreamClient
@@ -23,10 +24,13 @@ from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest, warmup_request
 from tools.paths import BUILD_DIR
+from tools.repo.model_config import ModelConfig
 from tools.simulate.llm.predict import LevelPlan
 from tools.triton_client import TritonClient
 
 log = logging.getLogger(__name__)
+
+VLLM_READY_TIMEOUT_S = 900.0  # vLLM compiles the model at its start (~35-75 s on 2 cores, minutes on a busy machine)
 
 
 @dataclass
@@ -34,20 +38,30 @@ class LiveServer:
     control: TritonClient
     grpc_url: str
     model: str = LLM_MODEL
+    # The config every reload starts from: None, the served one (the native engine's knobs
+    # overlay it); for vLLM, configs/vllm.pbtxt's (its I/O, EXECUTION_ENV_PATH and every knob),
+    # so a server running the native engine is switched over rather than given vLLM's keys.
+    base_config: ModelConfig | None = None
 
     def apply(self, parameters: Mapping[str, str]) -> None:
         """Reload the model with these `parameters` changed (nothing when they already hold)."""
-        config = self.control.config(self.model)
-        if all(config.parameters[key].string_value == value for key, value in parameters.items()) and self.control.model_ready(self.model):
-            return
+        served = self.control.config(self.model)
+        config = served
+        if self.base_config is not None:
+            config = ModelConfig()
+            config.CopyFrom(self.base_config)
         for key, value in parameters.items():
             config.parameters[key].string_value = value
+        if knobs_of(served) == knobs_of(config) and self.control.model_ready(self.model):
+            return
         started = time.monotonic()
         if not self.control.reload(self.model, config):
             self.stuck_unloads += 1
-        log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), time.monotonic() - started)
+        self.reload_s.append(round(time.monotonic() - started, 1))
+        log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), self.reload_s[-1])
 
     stuck_unloads: int = 0  # reloads whose old instance did not unload in time (docs/llm.md, Known issues)
+    reload_s: list[float] = field(default_factory=list)  # each reload's wall time (a vLLM start compiles the model)
     last_load_average: float | None = None  # the machine's 1-minute load when the last level started
     last_sent: int = 0  # requests the last level sent: where the next level may start in the workload
 
@@ -63,10 +77,20 @@ class LiveServer:
         return records, duration
 
 
+def knobs_of(config: ModelConfig) -> dict[str, str]:
+    """A config's parameters without those Triton rewrites when it loads a model (it serves
+    EXECUTION_ENV_PATH's `$$TRITON_MODEL_DIRECTORY` resolved): what tells two configs' engines apart."""
+    return {key: value.string_value for key, value in config.parameters.items() if key not in BACKEND_KEYS}
+
+
 def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
     """The engine knobs a cost model was measured with, for the live server to run the same
     engine: its thread count (a 2-thread engine on a crowded 2-core machine is not the
-    engine a 1-thread calibration measured) and dtype."""
+    engine a 1-thread calibration measured) and dtype; on vLLM its dtype, KV block size and
+    compilation (vLLM takes its threads from the machine)."""
+    if cost_engine.get("engine") == "vllm":
+        return {key: str(cost_engine[key]).lower() if isinstance(cost_engine[key], bool) else str(cost_engine[key])
+                for key in ("dtype", "block_size", "enforce_eager") if cost_engine.get(key) is not None}  # fmt: skip
     parameters = {}
     if cost_engine.get("threads"):
         parameters["num_threads"] = str(cost_engine["threads"])
@@ -90,23 +114,36 @@ async def _drive(
 
 
 @contextlib.contextmanager
-def live_server(url: str | None = None, grpc_url: str | None = None, admin_key: str | None = None) -> Iterator[LiveServer]:
-    """A running server (its config restored at the end), or a local Triton with only `llm`."""
+def live_server(
+    url: str | None = None, grpc_url: str | None = None, admin_key: str | None = None, vllm_config: Path | None = None
+) -> Iterator[LiveServer]:
+    """A running server (its config restored at the end), or a local Triton with only `llm`.
+    With `vllm_config` (a config of the vLLM engine), every reload starts from that file, and a
+    local Triton serves `llm` on vLLM from its start (`--model-config-name=vllm`)."""
     from tools.contract import grpc_url_beside
     from tools.ports import free_ports
+    from tools.repo.model_config import load_config
     from tools.serve.admin_key import headers_for
     from tools.serve.local_triton import LocalTriton, ServerOptions
 
+    base = None if vllm_config is None else load_config(vllm_config)
     if url:
         control = TritonClient(url, headers_for(admin_key))
         problem = control.model_control_problem()
         if problem:
             raise RuntimeError(problem)
         with control.restoring(LLM_MODEL, control.config(LLM_MODEL), hint=f"reload {LLM_MODEL} through the model-control API"):
-            yield LiveServer(control, grpc_url or grpc_url_beside(url))
+            yield LiveServer(control, grpc_url or grpc_url_beside(url), base_config=base)
         return
     http, grpc, metrics = free_ports(3)
-    options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, model_control_mode="explicit", load_models=(LLM_MODEL,))
+    options = ServerOptions(
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        model_control_mode="explicit",
+        load_models=(LLM_MODEL,),
+        model_config_name=None if base is None else "vllm",
+    )
     log_path = Path(BUILD_DIR) / f"triton-llm-sim-{http}.log"
-    with LocalTriton(options, log_path=log_path).start() as server:
-        yield LiveServer(server.client, options.grpc_url)
+    with LocalTriton(options, log_path=log_path).start(VLLM_READY_TIMEOUT_S if base is not None else 180.0) as server:
+        yield LiveServer(server.client, options.grpc_url, base_config=base)

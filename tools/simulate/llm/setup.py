@@ -16,27 +16,60 @@ from pathlib import Path
 import numpy as np
 
 from llm.contract import EngineConfig, SchedulerConfig
-from llm.serving.knobs import KNOWN, knobs_to_parameters, parameters_from_pbtxt, parse_knobs
+from llm.serving.knobs import KNOWN, engine_of, knobs_to_parameters, parameters_from_pbtxt, parse_knobs
+from llm.vllm_engine.knobs import VllmKnobs
 from tools.load.llm.workload import LengthRange, LlmRequest
-from tools.paths import MODEL_REPOSITORY
-from tools.simulate.llm.engine_sim import EngineShape, RequestShape, kv_bytes_per_token, num_blocks_for
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY
+from tools.simulate.llm.engine_sim import DTYPE_BYTES, EngineShape, RequestShape, kv_bytes_per_token, num_blocks_for
+from tools.simulate.llm.vllm_setup import vllm_simulation
 
 DEFAULT_CONFIG = MODEL_REPOSITORY / "llm" / "config.pbtxt"
+VLLM_CONFIG = MODEL_REPOSITORY / "llm" / "configs" / "vllm.pbtxt"
 DEFAULT_CHECKPOINT = MODEL_REPOSITORY / "llm" / "1"
+ENGINES = ("native", "vllm")
+# Per engine: the committed config a command starts from, and where its step cost model goes.
+ENGINE_CONFIGS = {"native": DEFAULT_CONFIG, "vllm": VLLM_CONFIG}
+ENGINE_COST_MODELS = {"native": BUILD_DIR / "simulate" / "llm-step-cost.json", "vllm": BUILD_DIR / "simulate" / "llm-step-cost-vllm.json"}
 # SmolLM2-135M's dimensions, for a checkout without the export (make export writes llm_config.json).
 SMOLLM2_DIMS = {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64, "max_position_embeddings": 8192}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+VLLM_KNOWN = frozenset(VllmKnobs.__dataclass_fields__)
 
 
-def parse_overrides(text: str) -> dict[str, str]:
-    """'max_num_seqs=8,policy=priority' -> {key: value}; keys must be knobs of the model."""
+def parse_overrides(text: str, engine: str = "native") -> dict[str, str]:
+    """'max_num_seqs=8,policy=priority' -> {key: value}; keys must be knobs of the engine's model."""
+    known = VLLM_KNOWN if engine == "vllm" else KNOWN
     values: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in KNOWN:
-            raise ValueError(f"an override is KNOB=VALUE with a knob of {', '.join(sorted(KNOWN))}; got {part!r}")
+        if not sep or key.strip() not in known:
+            raise ValueError(f"an override is KNOB=VALUE with a knob of {', '.join(sorted(known))}; got {part!r}")
         values[key.strip()] = value.strip()
     return values
+
+
+def resolve_engine(engine: str | None, config: Path | None) -> tuple[str, Path]:
+    """The engine a command works on and the config it starts from: `--engine` picks its
+    committed config, `--config` names one whose parameters.engine says which; both given,
+    they must agree (ValueError). Neither: the native engine and config.pbtxt."""
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"--engine is one of {', '.join(ENGINES)}, got {engine!r}")
+    if config is None:
+        engine = engine or "native"
+        return engine, ENGINE_CONFIGS[engine]
+    says = engine_of(parameters_from_pbtxt(config))
+    if engine is not None and engine != says:
+        raise ValueError(f"--engine {engine} but {config} is a config of the {says} engine (parameters.engine)")
+    return says, Path(config)
+
+
+def simulation_of(parameters: Mapping[str, str], dims: Mapping | None = None) -> tuple[SchedulerConfig, EngineShape]:
+    """The scheduler knobs and engine a config's parameters give the simulator, for either
+    engine (parameters.engine): ours as parsed by the model itself, vLLM's mapped onto our
+    scheduler (tools/simulate/llm/vllm_setup.py)."""
+    if engine_of(parameters) == "vllm":
+        return vllm_simulation(parameters, dims or checkpoint_dims())
+    config, engine = parse_knobs(parameters)
+    return config, engine_shape(engine, dims)
 
 
 def read_knobs(config: Path = DEFAULT_CONFIG, overrides: Mapping[str, str] | None = None) -> tuple[SchedulerConfig, EngineConfig]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,17 +48,23 @@ class StepShape:
     @classmethod
     def of(cls, chunks: Sequence[ScheduledChunk]) -> StepShape:
         """A step's shape from its chunks (a chunk of one token after cached context is a decode)."""
+        return cls.of_pieces(
+            (len(chunk.token_ids), chunk.start_position, len(chunk.token_ids) == 1 and chunk.start_position > 0) for chunk in chunks
+        )
+
+    @classmethod
+    def of_pieces(cls, pieces: Iterable[tuple[int, int, bool]]) -> StepShape:
+        """A step's shape from (tokens fed, tokens already in the KV cache, is a decode) per
+        sequence: what an engine's own step record says (tools/simulate/llm/vllm_calibrate.py)."""
         prefill = decodes = kv = 0
         pairs = 0.0
-        for chunk in chunks:
-            count = len(chunk.token_ids)
-            end = chunk.start_position + count
-            kv += end
-            if count == 1 and chunk.start_position > 0:
+        for count, start, decode in pieces:
+            kv += start + count
+            if decode:
                 decodes += 1
             else:
                 prefill += count
-                pairs += count * (chunk.start_position + (count + 1) / 2) / 1000.0
+                pairs += count * (start + (count + 1) / 2) / 1000.0
         return cls(prefill, decodes, kv, pairs)
 
 
@@ -74,6 +80,12 @@ class StepCostModel:
         if missing:
             raise ValueError(f"a step cost model needs a coefficient for {', '.join(missing)}")
         object.__setattr__(self, "coefficients", {**dict.fromkeys(OPTIONAL_FEATURES, 0.0), **self.coefficients})
+
+    @property
+    def engine_kind(self) -> str:
+        """Which engine's steps were measured: native (ours, in process) or vllm (vLLM's engine
+        core, tools/simulate/llm/vllm_calibrate.py); models saved before vLLM had no such key."""
+        return str(self.engine.get("engine", "native"))
 
     def seconds(self, shape: StepShape) -> float:
         return float(sum(c * x for c, x in zip(self._vector(), shape.row())))

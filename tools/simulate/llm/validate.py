@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from tools.llmbench.driver import Schedule, level_label
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.workload import LlmRequest
-from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, Overheads
+from tools.simulate.llm.engine_sim import NO_OVERHEADS, Overheads
 from tools.simulate.llm.live import LiveServer
 from tools.simulate.llm.predict import LevelPlan, LlmPrediction, predict_level
 from tools.simulate.llm.setup import shapes_of
@@ -62,7 +62,6 @@ def validate(
     server: LiveServer,
     cost: StepCostModel,
     base_parameters: Mapping[str, str],
-    engine: EngineShape,
     cases: Sequence[ValidationCase],
     requests: Sequence[LlmRequest],
     level: LevelPlan,
@@ -70,12 +69,14 @@ def validate(
     overheads: Overheads = NO_OVERHEADS,
     live_scale: bool = False,
 ) -> dict:
-    """With `live_scale`, the first case is the anchor: measured first, the cost model scaled
-    to its TPOT p50 (tools/simulate/llm/live_scale.py), and the summary counts only the
-    held-out cases after it, predicted with the scaled model."""
-    from llm.serving.knobs import parse_knobs
+    """`base_parameters`: the config's (either engine: parameters.engine decides how each case
+    is simulated). With `live_scale`, the first case is the anchor: measured first, the cost
+    model scaled to its TPOT p50 (tools/simulate/llm/live_scale.py), and the summary counts
+    only the held-out cases after it, predicted with the scaled model."""
+    from llm.serving.knobs import engine_of
     from tools.simulate.llm.live import engine_parameters
     from tools.simulate.llm.live_scale import scale_to
+    from tools.simulate.llm.setup import simulation_of
 
     if live_scale and len(cases) < 2:
         raise ValueError("a live-scaled validation needs two cases or more: the first is the anchor, the rest are held out")
@@ -83,7 +84,7 @@ def validate(
     shapes = shapes_of(requests)
 
     def simulate(model: StepCostModel, case: ValidationCase, level: LevelPlan) -> LlmPrediction:
-        config, _ = parse_knobs({**base_parameters, **case.overrides})
+        config, engine = simulation_of({**base_parameters, **case.overrides})
         return predict_level(model, config, engine, shapes, case.schedule, level, slo, overheads)
 
     rows, scale, calibrated, first = [], None, cost, 0
@@ -122,6 +123,8 @@ def validate(
         "summary": summarize(judged),
         "live_scale": None if scale is None else scale.as_dict(),
         "stuck_unloads": server.stuck_unloads,  # reloads that left the old instance behind
+        "reload_s": server.reload_s,
+        "engine": engine_of(base_parameters),
     }
     if scale is not None:
         result["summary_as_calibrated"] = summarize(judged, "errors_as_calibrated")

@@ -1,16 +1,23 @@
-"""Model-guided tuning of the `llm` model's scheduler for a TTFT/TPOT SLO.
+"""Model-guided tuning of the `llm` model's scheduler for a TTFT/TPOT SLO, on either engine.
 
 Simulates every candidate of the space (tools/simulate/llm: the real scheduler on a step cost
 model measured on this CPU) under the level to tune for, measures the top few and the
 config's own knobs live on a Triton (tools.llmbench's driver and client), and picks the
 best measured by the SLO's order (tools/tune/llm/space.py). `--strategy grid` measures every
 candidate instead (the baseline the model-guided pick is judged against: make bench-tune-llm). Prints predicted beside measured,
-writes a report, and with --apply writes the winner into model_repository/llm/config.pbtxt's
-parameters through the protobuf schema (its comment header kept).
+writes a report, and with --apply writes the winner into the config's parameters through the
+protobuf schema (its comment header kept).
+
+The engine: `--engine vllm` tunes vLLM's knobs in configs/vllm.pbtxt (max_num_seqs,
+max_num_batched_tokens, long_prefill_token_threshold, policy; vLLM has no max-wait), with a
+step cost model recorded on vLLM's own engine and every candidate loaded live as a vLLM config
+override; `--config FILE` tunes that file, on the engine its parameters.engine names. Neither:
+the native engine and config.pbtxt.
 
     python -m tools.tune --model llm --slo ttft_p99=1s,tpot_p99=100ms --concurrency 8
     python -m tools.tune --model llm --slo ttft_p99=2s,tpot_p99=150ms --rate 0.5 --top 3 --apply
     python -m tools.tune --model llm --strategy grid --max-num-seqs 4,8 --max-num-batched-tokens 64,256
+    python -m tools.tune --model llm --engine vllm --quick --cost-model calibrate --apply
 """
 
 from __future__ import annotations
@@ -34,9 +41,8 @@ from tools.load.llm.figures import LevelFigures
 from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.paths import REPO_ROOT
-from tools.simulate.llm.cli import DEFAULT_COST_MODEL
 from tools.simulate.llm.predict import LevelPlan
-from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, DEFAULT_CONFIG, engine_shape, shapes_of
+from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, ENGINE_COST_MODELS, ENGINES, resolve_engine, shapes_of
 from tools.simulate.llm.step_cost import StepCostModel
 from tools.tune.llm.simulated_space import Simulated, SimulatedSpace
 from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
@@ -47,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tune.llm")
 
-KNOBS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "policy", "max_wait_ms")
 AXES: dict[str, type] = {"max_num_seqs": int, "max_num_batched_tokens": int, "long_prefill_token_threshold": int, "max_wait_ms": float}
 STRATEGIES = ("model-guided", "grid")
 
@@ -57,23 +62,29 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tools.tune --model llm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", choices=("llm",), required=True)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="native (config.pbtxt) or vllm (configs/vllm.pbtxt); default: --config's parameters.engine, else native",
+    )
     parser.add_argument("--slo", type=LlmSlo.parse, default=LlmSlo(), help="ttft_p99=1s,tpot_p99=100ms (default)")
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=int, default=None, help="closed-loop streams to tune for (default 8)")
     load.add_argument("--rate", type=float, default=None, help="Poisson requests/s to tune for")
     parser.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="the llm config.pbtxt (base of every candidate; --apply target)"
+        "--config", type=Path, default=None, help="the llm config (base of every candidate; --apply target; default: the engine's)"
     )
     parser.add_argument(
         "--cost-model",
         default="auto",
-        help="step cost JSON, `calibrate` (a quick one now) or auto (build/simulate/llm-step-cost.json, else calibrate)",
+        help="step cost JSON, `calibrate` (one now) or auto (build/simulate/llm-step-cost[-vllm].json, else calibrate)",
     )
     parser.add_argument(
         "--calibrate-threads",
         type=int,
         default=0,
-        help="torch threads of a calibration run now (0: torch's default; 1 on a crowded machine)",
+        help="the native engine's torch threads in a calibration run now (0: torch's default; 1 on a crowded machine)",
     )
     parser.add_argument("--top", type=int, default=3, help="predicted best candidates measured live (default %(default)s)")
     parser.add_argument(
@@ -121,17 +132,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def choose_cost_model(option: str, quick: bool, threads: int = 0) -> tuple[StepCostModel, str]:
+def choose_cost_model(
+    option: str, quick: bool, threads: int = 0, engine: str = "native", config: Path | None = None
+) -> tuple[StepCostModel, str]:
+    """The step cost model of `engine`: a file, the engine's default file (auto), or one
+    calibrated now (native: in process; vllm: vLLM's engine under `config`'s knobs). A model
+    measured on the other engine is refused."""
+    default = ENGINE_COST_MODELS[engine]
     if option not in ("auto", "calibrate"):
-        return StepCostModel.load(Path(option)), option
-    if option == "auto" and DEFAULT_COST_MODEL.is_file():
-        return StepCostModel.load(DEFAULT_COST_MODEL), str(DEFAULT_COST_MODEL)
-    from tools.simulate.llm.calibrate import Design, measure
+        model, source = StepCostModel.load(Path(option)), option
+    elif option == "auto" and default.is_file():
+        model, source = StepCostModel.load(default), str(default)
+    else:
+        log.info("calibrating the %s engine's step cost model on this CPU (%s design)", engine, "quick" if quick else "full")
+        if engine == "vllm":
+            from tools.simulate.llm.vllm_calibrate import VllmDesign, measure_vllm
 
-    log.info("calibrating the step cost model on this CPU (%s design)", "quick" if quick else "full")
-    model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design(), threads=threads)
-    model.save(DEFAULT_COST_MODEL)
-    return model, f"calibrated now ({DEFAULT_COST_MODEL})"
+            model = measure_vllm(config, VllmDesign.quick() if quick else VllmDesign())
+        else:
+            from tools.simulate.llm.calibrate import Design, measure
+
+            model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design(), threads=threads)
+        model.save(default)
+        return model, f"calibrated now ({default})"
+    if model.engine_kind != engine:
+        raise ValueError(f"the cost model {source} was measured on the {model.engine_kind} engine; this tune is on {engine}")
+    return model, source
 
 
 def write_winner(config_path: Path, parameters: Mapping[str, str], out: Path) -> None:
@@ -169,7 +195,8 @@ class LlmTuneSettings:
     slo: LlmSlo
     schedule: ClosedLoop | Poisson  # the load tuned for: --rate's Poisson, else --concurrency's closed loop
     level: LevelPlan  # sending and drain time per measured level, and its seed
-    config: Path  # the llm config.pbtxt: base of every candidate
+    engine: str  # native or vllm: whose knobs, cost model and live config
+    config: Path  # the llm config (config.pbtxt, configs/vllm.pbtxt): base of every candidate
     cost_model: str  # a step cost JSON, `calibrate` or `auto`
     calibrate_threads: int
     top: int  # predicted best candidates measured live (model-guided)
@@ -205,36 +232,43 @@ class LlmTuneSettings:
         level = LevelPlan(
             seconds=args.seconds or (20.0 if args.quick else 40.0), drain_s=args.drain or (30.0 if args.quick else 40.0), seed=args.seed
         )
+        engine, config = resolve_engine(args.engine, args.config)
         axes = {knob: number_list(getattr(args, knob), kind, f"--{knob.replace('_', '-')}") for knob, kind in AXES.items()}
-        if any(value <= 0 for knob, values in axes.items() if knob != "max_wait_ms" for value in values):
-            raise ValueError("--max-num-seqs, --max-num-batched-tokens and --long-prefill-token-threshold take positive numbers")
-        if any(value < 0 for value in axes["max_wait_ms"]):
-            raise ValueError("--max-wait-ms takes numbers of milliseconds >= 0")
-        space = (LlmSpace.quick() if args.quick else LlmSpace()).with_axes(**axes)
+        if engine == "vllm":
+            if axes.pop("max_wait_ms"):
+                raise ValueError("--max-wait-ms: vLLM's scheduler never waits for company (no such knob on the vllm engine)")
+            if any(value < 0 for value in axes["long_prefill_token_threshold"]):
+                raise ValueError("--long-prefill-token-threshold takes numbers >= 0 on vLLM (0: no cap below the budget)")
+        elif any(value <= 0 for value in axes["long_prefill_token_threshold"]) or any(value < 0 for value in axes["max_wait_ms"]):
+            raise ValueError("--long-prefill-token-threshold takes positive numbers, --max-wait-ms milliseconds >= 0")
+        if any(value <= 0 for knob in ("max_num_seqs", "max_num_batched_tokens") for value in axes[knob]):
+            raise ValueError("--max-num-seqs and --max-num-batched-tokens take positive numbers")
+        space = LlmSpace.for_engine(engine, args.quick).with_axes(**axes)
         if next(space.candidates(), None) is None:
             raise ValueError("the search space has no valid candidate (each needs budget >= seqs and chunk <= budget)")
         return settings_from(
             cls,
             args,
+            engine=engine,
+            config=config,
             space=space,
             schedule=Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8),
             level=level,
             top=min(args.top, 2) if args.quick and args.top == 3 else args.top,
             tie_break_seconds=args.tie_break_seconds or 2 * level.seconds,
-            winner_output=args.output or (args.config if args.apply else None),
+            winner_output=args.output or (config if args.apply else None),
         )
 
 
 def run_tune(settings: LlmTuneSettings) -> int:
-    from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
+    from llm.serving.knobs import parameters_from_pbtxt
 
     started = time.monotonic()
     base = parameters_from_pbtxt(settings.config)
-    _, engine_config = parse_knobs(base)
-    cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads)
+    cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads, settings.engine, settings.config)
     requests = workload_requests(settings)
-    default = {key: base[key] for key in KNOBS if key in base}
-    space = SimulatedSpace(base, default, engine_shape(engine_config), shapes_of(requests), settings.schedule, settings.level, settings.slo)
+    default = {key: base[key] for key in settings.space.knobs if key in base}
+    space = SimulatedSpace(base, default, shapes_of(requests), settings.schedule, settings.level, settings.slo)
     simulated = space.simulate(cost, settings.space.candidates())
     sim_s = time.monotonic() - started
     log.info("simulated %d candidates in %.1f s with %s", len(simulated), sim_s, source)
@@ -242,7 +276,8 @@ def run_tune(settings: LlmTuneSettings) -> int:
         chosen = [*space.to_measure(simulated, settings.strategy, settings.top), (default, simulated[0][1], "config")]
         rows = [{"label": label(p), "role": role, "predicted": f.as_dict()} for p, f, role in chosen]
         print(
-            f"{len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(settings.schedule)}; SLO {settings.slo.describe()}"
+            f"{settings.engine} engine: {len(simulated)} candidates simulated in {sim_s:.1f} s under {level_label(settings.schedule)}; "
+            f"SLO {settings.slo.describe()}"
         )
         print(comparison_table(rows))
         return 0
@@ -254,8 +289,8 @@ def run_tune(settings: LlmTuneSettings) -> int:
         best = next(row for row in rows if row["parameters"] == live.tie_break[0]["parameters"])
     best["role"] += ", winner"
     print(
-        f"{settings.strategy}: {len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} measured under "
-        f"{level_label(settings.schedule)}; SLO {slo.describe()}"
+        f"{settings.strategy} on the {settings.engine} engine: {len(simulated)} candidates simulated ({sim_s:.1f} s), {len(rows)} "
+        f"measured under {level_label(settings.schedule)}; SLO {slo.describe()}"
     )
     print(comparison_table(rows))
     if live_scale is not None:
@@ -269,10 +304,14 @@ def run_tune(settings: LlmTuneSettings) -> int:
             pooled = row["pooled"]
             figures = f"goodput {pooled['goodput_rps']:.3f}/s, {pooled['output_tokens_per_s']:.1f} tok/s"
             print(f"  {row['label']}: {figures}, {pooled['requests']} requests")
+    if live.reload_s:
+        print(f"{len(live.reload_s)} reload(s) of {settings.engine}: {min(live.reload_s):g}-{max(live.reload_s):g} s each")
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
         "strategy": settings.strategy,
+        "engine": settings.engine,
+        "config": str(settings.config),
         "slo": vars(slo),
         "level": {"schedule": level_label(settings.schedule), **vars(settings.level)},
         "cost_model": source,
@@ -281,6 +320,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
         "simulate_s": round(sim_s, 2),
         "live_scale": None if live_scale is None else live_scale.as_dict(),
         "stuck_unloads": live.stuck_unloads,
+        "reload_s": live.reload_s,
         "tie_break": live.tie_break,
         "wall_s": round(time.monotonic() - started, 1),
         "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in space.ranked(simulated)[:20]],
@@ -310,6 +350,7 @@ class LiveMeasurement:
     live_scale: LiveScale | None
     simulated: Simulated  # the simulation the choice was made on (scaled with --live-scale)
     stuck_unloads: int  # reloads that left the old instance behind
+    reload_s: list[float]  # each reload's wall time
     tie_break: list[dict] | None  # the rematch's verdict, best first (tools/tune/llm/rematch.py), when one ran
 
 
@@ -353,7 +394,8 @@ def measure_live(
         log.info("%s (%s): measured %s", label(knobs), role, measured.as_dict())
         return measured
 
-    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
+    vllm_config = settings.config if settings.engine == "vllm" else None
+    with live_server(settings.url, settings.grpc_url, settings.admin_key, vllm_config) as server:
         if settings.live_scale:
             anchor = measure(server, space.default, simulated[0][1], "config, anchor")
             anchor_label = f"{label(space.default)} @ {level_label(settings.schedule)}"
@@ -371,7 +413,8 @@ def measure_live(
             level = replace(settings.level, seconds=settings.tie_break_seconds, first_request=max(sent))
             parameters = [row["parameters"] for row in contenders]
             tie_break = verdict(rematch(parameters, measure_level, level, settings.tie_break_rounds, settings.slo), settings.slo)
-    return LiveMeasurement(rows, live_scale, simulated, server.stuck_unloads, tie_break)
+    reload_s = list(getattr(server, "reload_s", ()))  # a stand-in server may not time its reloads
+    return LiveMeasurement(rows, live_scale, simulated, server.stuck_unloads, reload_s, tie_break)
 
 
 def run(argv: list[str]) -> int:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from tools.llmbench.driver import Schedule
 from tools.load.llm.figures import LevelFigures
-from tools.simulate.llm.engine_sim import EngineShape, RequestShape
+from tools.simulate.llm.engine_sim import RequestShape
 from tools.simulate.llm.predict import LevelPlan, predict_level
+from tools.simulate.llm.setup import simulation_of
 from tools.simulate.llm.slo import LlmSlo
 from tools.simulate.llm.step_cost import StepCostModel
 from tools.tune.llm.space import score
@@ -23,19 +24,16 @@ Simulated = list[tuple[dict, LevelFigures]]  # (knobs, predicted figures), the c
 
 @dataclass(frozen=True)
 class SimulatedSpace:
-    base: Mapping[str, str]  # the config's parameters: every candidate changes some of them
+    base: Mapping[str, str]  # the config's parameters (either engine): every candidate changes some of them
     default: dict  # the config's own values of the tuned knobs
-    engine: EngineShape
     shapes: Sequence[RequestShape]
     schedule: Schedule
     level: LevelPlan
     slo: LlmSlo
 
     def figures(self, cost: StepCostModel, knobs: Mapping[str, str]) -> LevelFigures:
-        from llm.serving.knobs import parse_knobs
-
-        config, _ = parse_knobs({**self.base, **knobs})
-        return predict_level(cost, config, self.engine, self.shapes, self.schedule, self.level, self.slo.per_request()).figures
+        config, engine = simulation_of({**self.base, **knobs})
+        return predict_level(cost, config, engine, self.shapes, self.schedule, self.level, self.slo.per_request()).figures
 
     def simulate(self, cost: StepCostModel, candidates: Iterable[dict]) -> Simulated:
         return [(knobs, self.figures(cost, knobs)) for knobs in [self.default, *candidates]]

@@ -29,7 +29,8 @@ class LlmSpace:
     max_num_batched_tokens: tuple[int, ...] = (64, 128, 256, 512, 1024)
     long_prefill_token_threshold: tuple[int, ...] = (32, 64, 128, 256, 512)
     policy: tuple[str, ...] = ("fcfs",)  # priority ranks like fcfs when no request sets a priority
-    max_wait_ms: tuple[float, ...] = (0.0, 50.0, 200.0)
+    max_wait_ms: tuple[float, ...] = (0.0, 50.0, 200.0)  # empty: not a knob of the engine (vLLM has none)
+    engine: str = "native"  # vllm: long_prefill_token_threshold 0 is "no cap" (the budget), no max-wait
 
     @classmethod
     def quick(cls) -> LlmSpace:
@@ -40,29 +41,53 @@ class LlmSpace:
             max_wait_ms=(0.0, 100.0),
         )
 
+    @classmethod
+    def vllm(cls, quick: bool = False) -> LlmSpace:
+        """vLLM's knobs. Every new max_num_batched_tokens costs a torch.compile at the reload
+        (~75 s on 2 cores, ~35 s once cached), so the budgets are few."""
+        if quick:
+            return cls((4, 8, 16), (256, 512), (0, 64), max_wait_ms=(), engine="vllm")
+        return cls((2, 4, 8, 16, 32), (128, 256, 512, 1024), (0, 64, 128, 256), max_wait_ms=(), engine="vllm")
+
+    @classmethod
+    def for_engine(cls, engine: str, quick: bool = False) -> LlmSpace:
+        if engine == "vllm":
+            return cls.vllm(quick)
+        return cls.quick() if quick else cls()
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The config parameters a candidate sets."""
+        names = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "policy", "max_wait_ms")
+        return names if self.engine == "native" else names[:-1]
+
     def with_axes(self, **axes: Sequence) -> LlmSpace:
         """This space with the given axes replaced (`--max-num-seqs 4,8` and the like); an
         empty axis keeps this space's values."""
-        unknown = set(axes) - {field.name for field in dataclasses.fields(self)}
+        unknown = set(axes) - set(self.knobs)
         if unknown:
-            raise ValueError(f"no such knob in the search space: {', '.join(sorted(unknown))}")
+            raise ValueError(f"no such knob in the {self.engine} engine's search space: {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **{name: tuple(values) for name, values in axes.items() if values})
 
     def candidates(self) -> Iterator[dict[str, str]]:
         """Every valid combination as config `parameters` (a chunk larger than the budget is
-        the budget: such duplicates are left out; the budget must cover one token per sequence)."""
+        the budget: such duplicates are left out, and on vLLM a chunk of the whole budget too,
+        which is its 0; the budget must cover one token per sequence)."""
+        waits: tuple[float | None, ...] = self.max_wait_ms if self.engine == "native" else (None,)
         for seqs, budget, chunk, policy, wait in itertools.product(
-            self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_token_threshold, self.policy, self.max_wait_ms
+            self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_token_threshold, self.policy, waits
         ):
-            if budget < seqs or chunk > budget:
+            if budget < seqs or chunk > budget or (self.engine == "vllm" and chunk == budget):
                 continue
-            yield {
+            candidate = {
                 "max_num_seqs": str(seqs),
                 "max_num_batched_tokens": str(budget),
                 "long_prefill_token_threshold": str(chunk),
                 "policy": policy,
-                "max_wait_ms": f"{wait:g}",
             }
+            if wait is not None:
+                candidate["max_wait_ms"] = f"{wait:g}"
+            yield candidate
 
 
 def label(parameters: Mapping[str, str]) -> str:

@@ -14,6 +14,7 @@ pick against it judges the noise more than the configs.
     python -m tools.tune.llm.versus_grid --slo ttft_p99=5s,tpot_p99=300ms --concurrency 8 --quick \\
         --max-num-seqs 4,8 --max-num-batched-tokens 64,256,512 --long-prefill-token-threshold 64,256
     make bench-tune-llm
+    make bench-tune-llm LLM_ENGINE=vllm   # --engine vllm: vLLM's knobs, its step cost model, every candidate a vLLM reload
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.machine import cpu_line, describe_cpu
 from tools.paths import REPO_ROOT
-from tools.simulate.llm.cli import DEFAULT_COST_MODEL
+from tools.simulate.llm.setup import ENGINE_COST_MODELS
 from tools.simulate.llm.validate import GOALS, relative_error, summarize
 from tools.tune.llm.command import LlmTuneSettings, build_parser, workload_requests
 from tools.tune.llm.command import run as run_tune
@@ -90,6 +91,7 @@ def compare(guided: dict, grid: dict, rematch_rows: list[dict] | None = None) ->
     in_grid_goodput = None if pick_in_grid is None else pick_in_grid["measured"]["goodput_rps"]
     rematched = rematch_result(pick, rematch_rows)
     return {
+        "engine": guided.get("engine", "native"),
         "candidates": grid["simulated"] - 1,
         "pick": {"parameters": pick, "measured": pick_row["measured"], "meets_slo": pick_row["meets_slo"]},
         "pick_in_grid": None if pick_in_grid is None else {"rank": rank, "measured": pick_in_grid["measured"]},
@@ -121,7 +123,7 @@ def summary_text(result: dict, cpu: str) -> str:
     pick, best, goal = result["pick"], result["grid_best"], result["goal"]
     lines = [
         cpu,
-        f"space: {result['candidates']} candidates plus the config",
+        f"engine: {result.get('engine', 'native')}; space: {result['candidates']} candidates plus the config",
         f"model-guided pick: {pick['parameters']}: {figures(pick['measured'])} (its own run)",
     ]
     if result["pick_in_grid"] is not None:
@@ -179,7 +181,7 @@ def run(argv: list[str]) -> int:
         return status
     guided = json.loads((guided_dir / "tune-llm.json").read_text())
     # the grid measures with the same cost model: the same engine threads and dtype live
-    cost_model = guided["cost_model"] if Path(guided["cost_model"]).is_file() else str(DEFAULT_COST_MODEL)
+    cost_model = guided["cost_model"] if Path(guided["cost_model"]).is_file() else str(ENGINE_COST_MODELS[guided["engine"]])
     grid_args = [*_without_option(tune_args, "--cost-model"), "--cost-model", cost_model, "--strategy", "grid"]
     log.info("2/2 grid: measure every candidate of the same space")
     status = run_tune(["--model", "llm", *grid_args, "--report-dir", str(grid_dir)])
@@ -209,7 +211,7 @@ def head_to_head(tune_args: list[str], cost_model: str, contenders: list[dict], 
     settings = parse_settings(build_parser(), ["--model", "llm", *tune_args], LlmTuneSettings.from_cli_args)
     base = {**parameters_from_pbtxt(settings.config), **engine_parameters(StepCostModel.load(Path(cost_model)).engine)}
     requests = workload_requests(settings)
-    with live_server(settings.url, settings.grpc_url, settings.admin_key) as server:
+    with live_server(settings.url, settings.grpc_url, settings.admin_key, settings.config if settings.engine == "vllm" else None) as server:
         measure_level = live_levels(server, base, requests, settings.schedule)
         results = rematch(contenders, measure_level, dataclasses.replace(settings.level, seconds=seconds), rounds, settings.slo)
     return verdict(results, settings.slo)
