@@ -4,11 +4,12 @@ InferenceResponse. `pb_utils` is injected, so nothing here imports Triton."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 
-from llm.serving.request import RETURN_FLAGS, ParsedRequest
+from llm.serving.request import RETURN_FLAGS, ParsedRequest, RequestError
 from llm.serving.responses import Reply
 
 INPUTS = ("text_input", "stream", "sampling_parameters", "exclude_input_in_output", *RETURN_FLAGS)
@@ -32,6 +33,21 @@ class TritonIO:
                 value = array[0]
                 values[name] = value.item() if isinstance(value, np.generic) else value
         return values
+
+    def serve_each(self, requests, submit: Callable[[object, object], None], busy: tuple[type[Exception], ...]) -> None:
+        """`submit(request, sender)` for each request; a refusal becomes the request's one final
+        error response: `busy` ones UNAVAILABLE ("server busy"), bad input INVALID_ARG, anything
+        else (e.g. the engine stopping) INTERNAL."""
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                submit(request, sender)
+            except busy as exc:
+                self.send_error(sender, f"server busy: {exc}", "UNAVAILABLE")
+            except (RequestError, ValueError) as exc:
+                self.send_error(sender, str(exc), "INVALID_ARG")
+            except Exception as exc:
+                self.send_error(sender, f"cannot serve the request: {exc}", "INTERNAL")
 
     def error(self, message: str, code_name: str):
         """An error response; `code_name` of TritonError (INVALID_ARG, UNAVAILABLE, CANCELLED, INTERNAL)."""

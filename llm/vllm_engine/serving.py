@@ -120,16 +120,7 @@ class VllmServing:
 
     # Triton's thread
     def execute(self, requests) -> None:
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                self._submit(request, sender)
-            except ServerBusy as exc:
-                self.io.send_error(sender, f"server busy: {exc}", "UNAVAILABLE")
-            except (RequestError, ValueError) as exc:
-                self.io.send_error(sender, str(exc), "INVALID_ARG")
-            except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
-                self.io.send_error(sender, f"cannot serve the request: {exc}", "INTERNAL")
+        self.io.serve_each(requests, self._submit, busy=(ServerBusy,))
 
     def _submit(self, request, sender) -> None:
         arrival = time.monotonic()

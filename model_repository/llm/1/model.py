@@ -33,7 +33,7 @@ from llm.loop import EngineLoop, QueueFullError
 from llm.metrics import LlmMetrics
 from llm.serving.control import ControlRefused, control_request, parse_control
 from llm.serving.knobs import engine_of, parameters_from_json, parse_knobs
-from llm.serving.request import RequestError, check_fits, parse_request
+from llm.serving.request import check_fits, parse_request
 from llm.serving.responses import ResponsePlan
 from llm.serving.triton_io import TritonIO
 from llm.tokenizer import LlmTokenizer
@@ -85,28 +85,20 @@ class NativeServing:
         )
 
     def execute(self, requests) -> None:
-        for request in requests:
-            self._submit(request, request.get_response_sender())
+        self.io.serve_each(requests, self._submit, busy=(QueueFullError,))
 
     def _submit(self, request, sender) -> None:
         arrival = time.monotonic()
-        try:
-            parameters = json.loads(request.parameters() or "{}")
-            if control_request(parameters):
-                self._control(parameters, sender)  # a ValueError from it is answered below
-                return
-            inputs = self.io.inputs(request)
-            parsed = parse_request(inputs, max_tokens_limit=self.max_model_len - 1, request_parameters=request.parameters())
-            prompt_ids = self.tokenizer.encode(parsed.prompt)
-            check_fits(len(prompt_ids), parsed.params, self.max_model_len)
-            generation = GenerationRequest(f"llm-{next(self._ids)}", prompt_ids, parsed.params, arrival)
-            self.loop.submit(generation, self._responder(parsed, sender), is_cancelled=sender.is_cancelled)
-        except QueueFullError as exc:
-            self.io.send_error(sender, f"server busy: {exc}", "UNAVAILABLE")
-        except (RequestError, ValueError) as exc:
-            self.io.send_error(sender, str(exc), "INVALID_ARG")
-        except Exception as exc:  # e.g. the loop is stopping: still exactly one final response
-            self.io.send_error(sender, f"cannot serve the request: {exc}", "INTERNAL")
+        parameters = json.loads(request.parameters() or "{}")
+        if control_request(parameters):
+            self._control(parameters, sender)  # a ValueError from it is answered as INVALID_ARG
+            return
+        inputs = self.io.inputs(request)
+        parsed = parse_request(inputs, max_tokens_limit=self.max_model_len - 1, request_parameters=request.parameters())
+        prompt_ids = self.tokenizer.encode(parsed.prompt)
+        check_fits(len(prompt_ids), parsed.params, self.max_model_len)
+        generation = GenerationRequest(f"llm-{next(self._ids)}", prompt_ids, parsed.params, arrival)
+        self.loop.submit(generation, self._responder(parsed, sender), is_cancelled=sender.is_cancelled)
 
     def _control(self, parameters: dict, sender) -> None:
         """Apply a control request's step limits between steps; answer with the limits in force."""
