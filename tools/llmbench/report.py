@@ -78,16 +78,17 @@ def comparisons(levels: list[dict]) -> list[str]:
             lines.append(f"- {streams} streams: iteration's output tokens/s are {tokens} llama-server's (target: >= 1x)")
     for streams in sorted({lv["load"] for lv in levels if lv["kind"] == "closed"}):
         inside, alone, native = (find(levels, name, "closed", streams) for name in ("vllm", "vllm-server", "llm iteration"))
+        label = (inside or alone or native or {}).get("label", f"{streams:g} streams")
         if inside and alone:
             tokens = _ratio(inside["output_tokens_per_s"], alone["output_tokens_per_s"])
             ttft = _ratio(inside["ttft_p99_ms"], alone["ttft_p99_ms"])
             lines.append(
-                f"- {streams} streams: vLLM inside Triton's output tokens/s are {tokens} vLLM's own server's, its TTFT p99 {ttft} "
+                f"- {label}: vLLM inside Triton's output tokens/s are {tokens} vLLM's own server's, its TTFT p99 {ttft} "
                 "(what the Triton path costs; target at 16 streams: >= 0.9x)"
             )
         if native and inside:
             tokens = _ratio(native["output_tokens_per_s"], inside["output_tokens_per_s"])
-            lines.append(f"- {streams} streams: our engine's (iteration) output tokens/s are {tokens} vLLM's inside Triton")
+            lines.append(f"- {label}: our engine's (iteration) output tokens/s are {tokens} vLLM's inside Triton")
     it, llama = find(levels, "llm iteration", "closed", 1), find(levels, "llama-server", "closed", 1)
     if it and llama:
         lines.append(
