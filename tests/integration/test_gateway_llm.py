@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 
 import httpx
 import openai
@@ -20,7 +19,7 @@ from langchain_openai import ChatOpenAI
 from gateway.settings import GatewaySettings
 from llm.tokenizer import LlmTokenizer
 from tests.conftest import start_gateway
-from tests.integration.llm_streams import LlmStream, grpc_inputs
+from tests.integration.llm_streams import LlmStream, grpc_inputs, wait_until
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports
 from tools.triton_client import fetch_metrics, metric_total
@@ -57,15 +56,6 @@ def chat_prompt_tokens(messages: list[dict]) -> int:
 
 def aborted(server) -> float:
     return metric_total(fetch_metrics(server.options.metrics_url), "vllm:request_success", finished_reason="abort")
-
-
-def wait_until(condition, timeout_s: float = 120.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_models_lists_the_llm_beside_the_embedding_model(llm_gateway) -> None:

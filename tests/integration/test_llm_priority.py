@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.llm_streams import LlmStream, generate, grpc_inputs
+from tests.integration.llm_streams import LlmStream, generate, grpc_inputs, wait_for_metrics
 from tools.triton_client import fetch_metrics, metric_total
 
 LONG = {"max_tokens": 96, "ignore_eos": True, "temperature": 0, "priority": 10}
@@ -28,15 +28,6 @@ def one_slot(llm_triton):
     with client.restoring("llm", committed):
         client.load("llm", small)
         yield llm_triton
-
-
-def wait_for_metrics(server, condition, timeout_s: float = 120.0) -> list:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        samples = fetch_metrics(server.options.metrics_url)
-        if condition(samples) or time.monotonic() > deadline:
-            return samples
-        time.sleep(0.1)
 
 
 def test_a_request_not_scheduled_within_its_queue_timeout_fails_fast_naming_it(one_slot) -> None:

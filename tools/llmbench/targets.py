@@ -18,7 +18,7 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +60,31 @@ def apply_mode(client: TritonClient, mode: str, model: str = MODEL) -> None:
     started = time.monotonic()
     client.reload(model, config)
     log.info("%s reloaded with mode=%s in %.1f s", model, mode, time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def openai_server(
+    name: str, command_for: Callable[[int], list[str]], log_dir: Path, ready_timeout_s: float, stop_steps, env: dict | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """A server process with an OpenAI endpoint on a free port: (port, command) once its /health
+    answers, the process group stopped by `stop_steps` afterwards; a failed start raises with the
+    log's tail."""
+    from tools.ports import free_ports
+
+    (port,) = free_ports(1)
+    command = command_for(port)
+    log_path = log_dir / f"{name}-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log.info("starting %s (log: %s)", " ".join(command), log_path)
+    with open(log_path, "wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        if not wait_for_http_ok(f"http://127.0.0.1:{port}/health", ready_timeout_s, process):
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+            raise RuntimeError(f"{name} did not become healthy (status {process.poll()}):\n{tail}")
+        yield port, command
+    finally:
+        stop_process_group(process, stop_steps, name)
 
 
 @dataclass
@@ -117,24 +142,11 @@ class LlamaServerTarget:
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[StreamClient]:
-        from tools.ports import free_ports
-
         if not self.binary.is_file():
             raise FileNotFoundError(f"no llama-server at {self.binary}; build it with `make llama-server`")
-        (port,) = free_ports(1)
-        self.command_used = self.command(port)
-        log_path = self.log_dir / f"llama-server-{port}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log.info("starting %s (log: %s)", " ".join(self.command_used), log_path)
-        with open(log_path, "wb") as output:
-            process = subprocess.Popen(self.command_used, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            if not wait_for_http_ok(f"http://127.0.0.1:{port}/health", self.ready_timeout_s, process):
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-                raise RuntimeError(f"llama-server did not become healthy (status {process.poll()}):\n{tail}")
+        with openai_server(LLAMA_SERVER, self.command, self.log_dir, self.ready_timeout_s, ((signal.SIGTERM, 15.0),)) as (port, used):
+            self.command_used = used
             yield OpenAIStreamClient(f"http://127.0.0.1:{port}")
-        finally:
-            stop_process_group(process, ((signal.SIGTERM, 15.0),), "llama-server")
 
 
 @dataclass
@@ -195,25 +207,14 @@ class VllmServerTarget:
         import os
 
         from llm.vllm_engine.knobs import SERVER_ENVIRONMENT
-        from tools.ports import free_ports
 
         if not self.python.is_file():
             raise FileNotFoundError(f"no vLLM environment at {self.python}; run `make vllm-venv`")
-        (port,) = free_ports(1)
-        self.command_used = self.command(port)
-        log_path = self.log_dir / f"vllm-server-{port}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log.info("starting %s (log: %s)", " ".join(self.command_used), log_path)
+        stop = ((signal.SIGINT, 30.0), (signal.SIGTERM, 15.0))
         env = {**os.environ, **SERVER_ENVIRONMENT}
-        with open(log_path, "wb") as output:
-            process = subprocess.Popen(self.command_used, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            if not wait_for_http_ok(f"http://127.0.0.1:{port}/health", self.ready_timeout_s, process):
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-                raise RuntimeError(f"vLLM's server did not become healthy (status {process.poll()}):\n{tail}")
+        with openai_server(VLLM_SERVER, self.command, self.log_dir, self.ready_timeout_s, stop, env) as (port, used):
+            self.command_used = used
             yield OpenAIStreamClient(f"http://127.0.0.1:{port}", model=MODEL)
-        finally:
-            stop_process_group(process, ((signal.SIGINT, 30.0), (signal.SIGTERM, 15.0)), "vllm-server")
 
 
 Target = ModeTarget | VllmTarget | VllmServerTarget | LlamaServerTarget
