@@ -101,9 +101,12 @@ def test_serve_with_the_vllm_engine_answers_the_readmes_llm_examples_from_vllm()
         output.wait_for("gateway metrics", process)
         assert TritonClient(f"127.0.0.1:{http}").config("llm").parameters["engine"].string_value == "vllm"
         for command in llm_commands():
-            command = command.replace("localhost:8000", f"localhost:{http}").replace("localhost:8080", f"localhost:{gateway}")
+            # 127.0.0.1, as the servers bind it: "localhost" may try ::1 first, where anything may listen
+            command = command.replace("localhost:8000", f"127.0.0.1:{http}").replace("localhost:8080", f"127.0.0.1:{gateway}")
             result = subprocess.run(command, shell=True, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-            assert result.returncode == 0, result.stderr
+            server = "running" if process.poll() is None else f"exited with {process.returncode}"
+            log_tail = "".join(output.lines[-40:])
+            assert result.returncode == 0, f"{command}\n-> rc {result.returncode} {result.stderr}\nserver {server}, log:\n{log_tail}"
             answer = json.loads(result.stdout)
             if "/generate" in command:
                 assert answer["text_output"].startswith("The capital of France is") and "Paris" in answer["text_output"], answer

@@ -142,9 +142,15 @@ def test_the_docker_runtime_adds_the_vllm_override_last_for_that_variant() -> No
 @pytest.mark.skipif(not VLLM_PYTHON.is_file(), reason="no .venv-vllm (make vllm-venv): vLLM's own AsyncEngineArgs are not at hand")
 def test_vllm_accepts_every_key_of_the_generated_model_json(vllm_repository: Path) -> None:
     """NVIDIA's backend builds AsyncEngineArgs(**model.json); vLLM of .venv-vllm takes every key
-    (the container's vLLM is another release: the GPU check runs it for real)."""
-    code = "import json, sys; from vllm.engine.arg_utils import AsyncEngineArgs; AsyncEngineArgs(**json.load(open(sys.argv[1])))"
-    result = run([str(VLLM_PYTHON), "-c", code, str(vllm_repository / "llm" / "1" / "model.json")])
+    (the container's vLLM is another release: the GPU check runs it for real). The model path is the
+    container's /models/...; with HF_HUB_OFFLINE set vLLM resolves it at once, so it points at a folder here."""
+    code = (
+        "import json, sys; from vllm.engine.arg_utils import AsyncEngineArgs; "
+        "args = json.load(open(sys.argv[1])); assert args['model'].startswith('/models/'), args['model']; "
+        "AsyncEngineArgs(**{**args, 'model': sys.argv[2]})"
+    )
+    model_json = vllm_repository / "llm" / "1" / "model.json"
+    result = run([str(VLLM_PYTHON), "-c", code, str(model_json), str(vllm_repository)], env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
 
 

@@ -176,14 +176,23 @@ def test_an_error_answer_or_a_stream_that_stops_early_raises_with_the_reason(bod
     assert isinstance(error, StreamError) and message in str(error)
 
 
+class PacedClient(FakeClient):
+    """Streams a token every millisecond: a window holds hundreds of requests, not tens of thousands,
+    so a pause of the machine cannot swallow one window whole."""
+
+    async def generate(self, request: LlmRequest, record: StreamRecord, clock) -> None:
+        await asyncio.sleep(0.001)
+        await super().generate(request, record, clock)
+
+
 def test_requests_sent_during_the_warm_up_are_served_but_not_scored() -> None:
-    client = FakeClient()
-    run = asyncio.run(LevelDriver(client, REQUESTS, seconds=0.2, drain_s=5.0, warmup_s=0.2).run(ClosedLoop(2)))
+    client = PacedClient()
+    run = asyncio.run(LevelDriver(client, REQUESTS, seconds=1.0, drain_s=5.0, warmup_s=0.5).run(ClosedLoop(2)))
     assert run.warmup_requests > 0 and run.records  # both windows sent requests
     assert len(client.seen) == run.warmup_requests + len(run.records)  # every request was served
-    assert all(record.sent_s >= 0.2 for record in run.records)
+    assert all(record.sent_s >= 0.5 for record in run.records)
     assert min(record.index for record in run.records) == run.warmup_requests  # the scored ones are the later ones
-    assert 0.2 <= run.duration_s < 5.2  # the scored window, not the whole level
+    assert 1.0 <= run.duration_s < 6.0  # the scored window, not the whole level
 
 
 def test_a_negative_warm_up_is_refused() -> None:
