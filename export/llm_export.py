@@ -2,7 +2,9 @@
 
 Serving then loads safetensors in a second or two instead of dequantising for ~20 s. The
 manifest (the GGUF's size and sha256, the dtype, the gate's figures, every artifact's digest)
-makes a second run a no-op and notices a changed source, setting or damaged file.
+makes a second run a no-op and notices a changed source, setting or damaged file. The gate runs
+the checkpoint in every format the engine serves it in (dense float32 and bfloat16, int8, int4
+weights) and records each one's figures; serving refuses a format whose gate failed.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.manifest import MANIFEST_NAME, ExportManifest, file_digest, stale_reasons
-from llm.artifacts import CHAT_TEMPLATE_FILE, REQUIRED_FILES
+from llm.artifacts import CHAT_TEMPLATE_FILE, GATED_FORMATS, REQUIRED_FILES
 
 log = logging.getLogger("export.llm")
 
 FORMAT_VERSION = 1  # bump when the checkpoint's tensor names or layout change meaning
 LLM_DTYPES = ("float32", "bfloat16")
 MIN_AGREEMENT = {"float32": 1.0, "bfloat16": 0.9}  # top-1 agreement with transformers' fp32 greedy tokens
+QUANTISED_MIN_AGREEMENT = 0.9  # the int8 and int4 weight formats (llm.engine.linear), like bfloat16
 NEW_TOKENS = 32
 CHUNK_TOKENS = 128  # prompt tokens per sequence and step in the gate (the long prompt takes several)
 GATE_BLOCK_SIZE = 16
@@ -65,6 +68,7 @@ def expected_manifest(gguf: Path, dtype: str) -> ExportManifest:
             "dtype": dtype,
             "source_bytes": gguf.stat().st_size,
             "parity_new_tokens": NEW_TOKENS,
+            "parity_formats": list(GATED_FORMATS),
         },
     )
 
@@ -95,17 +99,15 @@ def run_llm_export(settings: LlmExportSettings) -> None:
 
 
 def export_checkpoint(gguf: Path, version_dir: Path, dtype: str) -> dict:
-    """Write the checkpoint into `version_dir` once it passed the gate; returns the gate's figures."""
+    """Write the checkpoint into `version_dir` once it passed the gate; returns the gate's figures
+    per format."""
     import torch
 
     from export.errors import ParityError
-    from export.llm_parity import check_llm_parity
     from export.llm_prompts import parity_prompts
     from export.llm_source import load_gguf
-    from llm.contract import EngineConfig
-    from llm.engine import LlamaDims, LlamaExecutor, save_checkpoint
+    from llm.engine import LlamaDims, save_checkpoint
     from llm.engine.checkpoint import fuse_hf_state_dict
-    from llm.engine.kv_cache import bytes_per_block
     from llm.tokenizer import LlmTokenizer
 
     started = time.perf_counter()
@@ -123,27 +125,63 @@ def export_checkpoint(gguf: Path, version_dir: Path, dtype: str) -> dict:
         written += [Path(path) for path in source.tokenizer.save_pretrained(str(scratch))]
         del tensors
 
-        log.info("[3/3] parity gate: the written checkpoint vs transformers (%d greedy tokens per prompt)", NEW_TOKENS)
+        log.info(
+            "[3/3] parity gate: the written checkpoint in %d formats vs transformers (%d greedy tokens per prompt)",
+            len(GATED_FORMATS),
+            NEW_TOKENS,
+        )
         tokenizer = LlmTokenizer.from_folder(scratch)
         prompts = chat_prompts(source.tokenizer)
         for text, theirs in zip(parity_prompts(), prompts):
             ours = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
             if ours != theirs:
                 raise ParityError(f"LLM tokenizer parity failed on {text[:40]!r}: {ours[:12]}... vs transformers' {theirs[:12]}...")
-        blocks = sum(-(-(len(p) + NEW_TOKENS) // GATE_BLOCK_SIZE) for p in prompts)
-        config = EngineConfig(
-            dtype=dtype, block_size=GATE_BLOCK_SIZE, kv_cache_bytes=blocks * bytes_per_block(dims, GATE_BLOCK_SIZE, getattr(torch, dtype))
-        )
-        executor = LlamaExecutor.from_checkpoint(scratch, config)
-        report = check_llm_parity(executor, source.model, prompts, dtype, MIN_AGREEMENT[dtype], NEW_TOKENS, CHUNK_TOKENS)
-        log.info("LLM parity ok: %s", report.summary())
+        gates = gate_formats(scratch, source.model, prompts, dtype)
 
         (version_dir / MANIFEST_NAME).unlink(missing_ok=True)  # an interrupted write leaves the export stale
         for path in written:
             shutil.move(str(path), version_dir / path.name)
     size_mb = sum((version_dir / path.name).stat().st_size for path in written) / 1e6
     log.info("wrote the LLM checkpoint into %s (%s, %.0f MB) in %.1f s", version_dir, dtype, size_mb, time.perf_counter() - started)
-    return {**report.as_dict(), "gate_s": round(time.perf_counter() - started, 1)}
+    return gates
+
+
+def min_agreement(weights: str, dtype: str) -> float:
+    return MIN_AGREEMENT[dtype] if weights == "dense" else QUANTISED_MIN_AGREEMENT
+
+
+def gate_formats(folder: Path, hf_model, prompts: list[list[int]], checkpoint_dtype: str) -> dict[str, dict]:
+    """Every served format of the checkpoint in `folder` through the parity gate: figures per
+    format (llm.artifacts.GATED_FORMATS). The checkpoint's own dense format must pass (ParityError
+    otherwise: nothing is written); any other is recorded as failed, and the engine refuses it."""
+    import torch
+
+    from export.llm_parity import check_llm_parity
+    from llm.contract import EngineConfig
+    from llm.engine import LlamaExecutor, load_checkpoint
+    from llm.engine.kv_cache import bytes_per_block
+
+    dims, tensors = load_checkpoint(folder)
+    blocks = sum(-(-(len(p) + NEW_TOKENS) // GATE_BLOCK_SIZE) for p in prompts)
+    primary = f"dense-{checkpoint_dtype}"
+    names = sorted(GATED_FORMATS, key=lambda name: name != primary)  # the one that must pass first
+    figures = {}
+    for number, name in enumerate(names, 1):
+        started = time.perf_counter()
+        weights, dtype = GATED_FORMATS[name]
+        bar = min_agreement(weights, dtype)
+        log.info("[3/3] parity gate %d/%d: %s (needs %.0f%% top-1 agreement)", number, len(names), name, 100 * bar)
+        block_bytes = bytes_per_block(dims, GATE_BLOCK_SIZE, getattr(torch, dtype))
+        config = EngineConfig(dtype=dtype, weights=weights, block_size=GATE_BLOCK_SIZE, kv_cache_bytes=blocks * block_bytes)
+        executor = LlamaExecutor(dims, tensors, config)
+        report = check_llm_parity(
+            executor, hf_model, prompts, dtype, bar, NEW_TOKENS, CHUNK_TOKENS, raise_below=name == primary, weights=weights
+        )
+        del executor
+        figures[name] = {**report.as_dict(), "gate_s": round(time.perf_counter() - started, 1)}
+        verdict = "ok" if report.passed else "FAILED (recorded; the engine refuses this format)"
+        log.info("LLM parity %s %s: %s; %.1f s", name, verdict, report.summary(), figures[name]["gate_s"])
+    return figures
 
 
 def chat_prompts(tokenizer) -> list[list[int]]:

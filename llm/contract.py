@@ -137,7 +137,8 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     device: str = "cpu"  # cpu | cuda
-    dtype: str = "float32"  # float32 | bfloat16 | float16 (the checkpoint's dtype by default)
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (bfloat16 where the hardware has a fast bf16 path: llm.engine.precision)
+    weights: str = "dense"  # dense (in dtype) | int8 (per output channel) | int4 (per 32 inputs): weight-only, CPU (llm.engine.linear)
     block_size: int = 16  # tokens per KV block
     kv_cache_bytes: int = 256 * 2**20  # KV memory budget, preallocated as blocks
     max_model_len: int = 8192  # context window (SmolLM2: 8,192)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,24 +12,25 @@ from llm.contract import EngineConfig, ScheduledChunk
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.kv_cache import PagedKVCache
 from llm.engine.model import LlamaModel
+from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class LlamaExecutor:
-    """Runs a step's chunks through the model; the scheduler owns which blocks are whose."""
+    """Runs a step's chunks through the model; the scheduler owns which blocks are whose.
+    `config` is the settings with `dtype: auto` resolved: what the engine runs and reports."""
 
     def __init__(self, dims: LlamaDims, tensors: Mapping[str, torch.Tensor], config: EngineConfig) -> None:
+        config = dataclasses.replace(config, dtype=resolve_dtype(config.dtype, config.device))
         if config.dtype not in DTYPES:
             raise ValueError(f"dtype {config.dtype!r} is not one of {sorted(DTYPES)}")
         if config.num_threads > 0:
             torch.set_num_threads(config.num_threads)
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
-        self.dims = dims
+        self.dims, self.config = dims, config
         self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
-        self.model = LlamaModel(dims, tensors, self.dtype, self.device, self.max_model_len)
+        self.model = LlamaModel(dims, tensors, self.dtype, self.device, self.max_model_len, config.weights)
         self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
         self.block_size = config.block_size
         self.num_blocks = self.cache.num_blocks

@@ -16,17 +16,18 @@ import torch.nn.functional as F
 
 from llm.engine.checkpoint import LlamaDims, layer_key
 from llm.engine.kv_cache import PagedKVCache
+from llm.engine.linear import Linear, make_linear
 from llm.engine.step_plan import StepPlan
 
 
 @dataclass(frozen=True)
 class LayerWeights:
     attn_norm: torch.Tensor  # float32
-    qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, hidden]
-    o: torch.Tensor
+    qkv: Linear  # hidden -> (heads + 2 kv_heads) * head_dim
+    o: Linear
     mlp_norm: torch.Tensor  # float32
-    gate_up: torch.Tensor  # [2 * intermediate, hidden]
-    down: torch.Tensor
+    gate_up: Linear  # hidden -> 2 * intermediate
+    down: Linear
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -66,21 +67,34 @@ def rope_tables(dims: LlamaDims, length: int, device: torch.device) -> tuple[tor
 
 
 class LlamaModel:
-    """Weights plus the forward; holds no per-request state (the KV cache is passed in)."""
+    """Weights plus the forward; holds no per-request state (the KV cache is passed in).
+
+    The projections and the head are in the `weights` format (llm.engine.linear), quantised here
+    from the float checkpoint when it is not dense; the embedding lookup stays dense."""
 
     def __init__(
-        self, dims: LlamaDims, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype, device: torch.device, max_len: int
+        self,
+        dims: LlamaDims,
+        tensors: Mapping[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device,
+        max_len: int,
+        weights: str = "dense",
     ) -> None:
-        self.dims, self.dtype, self.device = dims, dtype, device
+        self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
 
-        def weight(name: str) -> torch.Tensor:
-            return tensors[name].to(device=device, dtype=dtype).contiguous()
+        def weight(name: str) -> Linear:
+            return make_linear(tensors[name], weights, dtype, device)
 
         def norm(name: str) -> torch.Tensor:
             return tensors[name].to(device=device, dtype=torch.float32).contiguous()
 
-        self.embed = weight("embed.weight")
-        self.lm_head = self.embed if dims.tie_word_embeddings else weight("lm_head.weight")
+        self.embed = tensors["embed.weight"].to(device=device, dtype=dtype).contiguous()
+        if dims.tie_word_embeddings:  # dense: the head shares the embedding's tensor; quantised from the checkpoint's
+            head = self.embed if weights == "dense" else tensors["embed.weight"]
+        else:
+            head = tensors["lm_head.weight"]
+        self.lm_head = make_linear(head, weights, dtype, device)
         self.norm = norm("norm.weight")
         self.layers = [
             LayerWeights(
@@ -112,7 +126,7 @@ class LlamaModel:
         group_bias = [additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
         span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
         for index, layer in enumerate(self.layers):
-            qkv = F.linear(self._rms_norm(x, layer.attn_norm), layer.qkv)
+            qkv = layer.qkv(self._rms_norm(x, layer.attn_norm))
             qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
             qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin
             q, k = qk[:, :heads], qk[:, heads:]
@@ -143,9 +157,9 @@ class LlamaModel:
                     values = self._values.gather(v_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
                     out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, enable_gqa=True)
                 attn[span.lo : span.hi] = out[0].transpose(0, 1)
-            x = x + F.linear(attn.view(rows, heads * head_dim), layer.o).float()
+            x = x + layer.o(attn.view(rows, heads * head_dim)).float()
 
-            gate, up = F.linear(self._rms_norm(x, layer.mlp_norm), layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down).float()
+            gate, up = layer.gate_up(self._rms_norm(x, layer.mlp_norm)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up).float()
         last = self._rms_norm(x[plan.sample_rows], self.norm)
-        return F.linear(last, self.lm_head).float()
+        return self.lm_head(last).float()

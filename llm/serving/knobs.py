@@ -28,7 +28,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "mode": ("iteration", "request", "none"),
     "policy": ("fcfs", "priority"),
     "device": ("cpu", "cuda"),
-    "dtype": ("float32", "bfloat16", "float16"),
+    "dtype": ("float32", "bfloat16", "float16", "auto"),
+    "weights": ("dense", "int8", "int4"),
 }
 # Knobs that may be 0 (everything else numeric must be positive).
 ZERO_ALLOWED = frozenset({"max_wait_ms", "num_threads"})
@@ -99,6 +100,10 @@ def parse_knobs(parameters: Mapping[str, str]) -> tuple[SchedulerConfig, EngineC
     if engine_of(parameters) != "native":
         raise KnobError(f"these parameters are for the {engine_of(parameters)} engine, not the native one")
     scheduler, engine = parse_settings(parameters, (SchedulerConfig, EngineConfig), CHOICES, ZERO_ALLOWED)
+    if engine.weights != "dense" and engine.device != "cpu":
+        raise KnobError(
+            f"parameter weights={engine.weights!r} runs on the CPU only (torch's weight-only kernels): use weights dense on {engine.device}"
+        )
     return scheduler, engine
 
 

@@ -59,8 +59,23 @@ def test_missing_knobs_keep_their_defaults() -> None:
         ({"max_num_seqs": "0"}, "max_num_seqs"),
         ({"max_wait_ms": "-1"}, "max_wait_ms"),
         ({"dtype": "int4"}, "dtype"),
+        ({"weights": "int3"}, "weights"),
+        ({"weights": "int8", "device": "cuda"}, "weights='int8' runs on the CPU only"),
     ],
 )
 def test_an_unknown_key_or_a_bad_value_is_refused_by_name(parameters: dict, named: str) -> None:
     with pytest.raises(KnobError, match=named):
         parse_knobs(parameters)
+
+
+@pytest.mark.parametrize(("key", "value"), [("weights", "dense"), ("weights", "int8"), ("weights", "int4"), ("dtype", "auto")])
+def test_the_weight_formats_and_auto_dtype_are_accepted(key: str, value: str) -> None:
+    _, engine = parse_knobs({key: value})
+    assert getattr(engine, key) == value
+
+
+def test_the_weights_choices_are_the_engine_formats() -> None:
+    from llm.engine.linear import WEIGHT_FORMATS
+    from llm.serving.knobs import CHOICES
+
+    assert CHOICES["weights"] == WEIGHT_FORMATS

@@ -10,18 +10,19 @@ from llm.engine import LlamaDims, LlamaExecutor
 from llm.engine.checkpoint import fuse_hf_state_dict
 
 
-def tiny_hf_llama(randomise_norms: bool = True):
+def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate_size: int = 80):
     """transformers' LlamaForCausalLM with random weights; norms randomised too (HF sets them
-    to 1), so a swapped norm changes the logits."""
+    to 1), so a swapped norm changes the logits. `num_heads=8, intermediate_size=96` makes every
+    input width a multiple of 32, as the int4 weight format needs."""
     import transformers
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=97,
-        hidden_size=48,
-        intermediate_size=80,
+        hidden_size=8 * num_heads,
+        intermediate_size=intermediate_size,
         num_hidden_layers=2,
-        num_attention_heads=6,
+        num_attention_heads=num_heads,
         num_key_value_heads=2,
         head_dim=8,
         max_position_embeddings=128,
@@ -40,9 +41,9 @@ def tiny_hf_llama(randomise_norms: bool = True):
     return model
 
 
-def tiny_executor(hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32") -> LlamaExecutor:
+def tiny_executor(hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32", weights: str = "dense") -> LlamaExecutor:
     """Our engine over the same weights, with exactly `num_blocks` KV blocks."""
     dims = LlamaDims.from_hf_config(hf_model.config)
     block_bytes = 2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * (4 if dtype == "float32" else 2)
-    config = EngineConfig(dtype=dtype, block_size=block_size, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
+    config = EngineConfig(dtype=dtype, weights=weights, block_size=block_size, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
     return LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), config)

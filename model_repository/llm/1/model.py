@@ -13,11 +13,13 @@ step's output, which becomes zero or more responses (llm/serving/responses.py) s
 thread. `response_sender.is_cancelled` is polled by the loop once per step, so a client that
 disconnects frees its KV blocks within a step. Knobs come from the config's `parameters`
 (llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
-`make export`. A request whose parameters carry `llm_control` (and the control key) changes
-the token budget or max-wait live instead of generating (llm/serving/control.py; tools.adapt
---model llm uses it).
+`make export`, whose manifest must record a passed parity gate for the format served (weights and
+dtype). A request whose parameters carry `llm_control` (and the control key) changes the token
+budget or max-wait live instead of generating (llm/serving/control.py; tools.adapt --model llm
+uses it).
 """
 
+import dataclasses
 import itertools
 import json
 import time
@@ -26,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from llm.artifacts import CONFIG_FILE
+from llm.artifacts import CONFIG_FILE, gate_refusal
 from llm.contract import GenerationRequest
 from llm.engine import LlamaExecutor
+from llm.engine.precision import resolve_dtype
 from llm.loop import EngineLoop, QueueFullError
 from llm.metrics import LlmMetrics
 from llm.serving.control import ControlRefused, control_request, parse_control
@@ -65,10 +68,15 @@ class NativeServing:
 
     def __init__(self, args: dict, parameters: dict[str, str]) -> None:
         self.io = TritonIO(pb_utils)
-        self.scheduler_config, self.engine_config = parse_knobs(parameters)
+        self.scheduler_config, engine_config = parse_knobs(parameters)
+        # `dtype: auto` resolved once here: the logs and the gate check name what actually runs
+        self.engine_config = dataclasses.replace(engine_config, dtype=resolve_dtype(engine_config.dtype, engine_config.device))
         folder = Path(args["model_repository"]) / args["model_version"]
         if not (folder / CONFIG_FILE).is_file():
             raise pb_utils.TritonModelException(f"no exported checkpoint in {folder}; run `make export`")
+        refusal = gate_refusal(folder, self.engine_config.weights, self.engine_config.dtype)
+        if refusal is not None:
+            raise pb_utils.TritonModelException(f"llm: not loading: {refusal}")
         started = time.monotonic()
         self.tokenizer = LlmTokenizer.from_folder(folder)
         executor = LlamaExecutor.from_checkpoint(folder, self.engine_config)

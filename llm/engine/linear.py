@@ -1,0 +1,104 @@
+"""The weight formats of the engine's linear layers: dense, int8 and int4 (weight-only).
+
+At one stream a decode step is bound by reading the weights (DESIGN.md: one row of a matmul is
+memory-bound), so smaller weights make it faster. The quantised formats keep activations, the
+residual stream, the norms and the KV cache in floating point: torch's weight-only CPU kernels
+dequantise inside the matmul, so a row's result never depends on the other rows of its step (a
+request's tokens stay independent of what shares its batch). Quantisation happens at load, from
+the float checkpoint, with no randomness: the same checkpoint gives the same weights.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+WEIGHT_FORMATS = ("dense", "int8", "int4")
+INT4_GROUP = 32  # input columns per int4 scale and zero
+INT4_ROWS = 16  # the int4 packing needs output rows in multiples of this (padded with zeros)
+
+
+class Linear(Protocol):
+    """y = x @ W.T for x [rows, in_features] in the compute dtype."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class DenseLinear:
+    """The weight in the compute dtype (the checkpoint's values, converted)."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
+        self.weight = weight.to(device=device, dtype=dtype).contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+def quantise_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric, one scale per output row: (q int8 [N, K] in [-127, 127], scales float32 [N]);
+    w ~ q * scale."""
+    w = weight.float()
+    scales = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127
+    return torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
+
+
+def quantise_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric per group of 32 input columns, rows zero-padded to a multiple of 16:
+    (q int32 [N', K] in [0, 15], scale and zero float32 [N', K / 32]); w ~ (q - 8) * scale + zero
+    (torch's int4pack convention, so zero = min + 8 * scale)."""
+    rows, columns = weight.shape
+    if columns % INT4_GROUP:
+        raise ValueError(f"int4 weights need input widths divisible by {INT4_GROUP}; this matrix is {rows} x {columns}")
+    padded = -(-rows // INT4_ROWS) * INT4_ROWS
+    w = torch.zeros(padded, columns, dtype=torch.float32)
+    w[:rows] = weight.float()
+    groups = w.view(padded, columns // INT4_GROUP, INT4_GROUP)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    scale = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+    q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
+    return q.view(padded, columns), scale, low + 8 * scale
+
+
+class Int8Linear:
+    """int8 weights (quantise_int8) through torch's weight-only kernel."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
+        q, scales = quantise_int8(weight)
+        self.qweight = q.to(device).contiguous()
+        self.scales = scales.to(device=device, dtype=dtype)  # the kernel wants them in the activations' dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
+
+
+class Int4Linear:
+    """int4 weights (quantise_int4) packed for torch's CPU kernel; the padded rows are cut off."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
+        self.out_features = weight.shape[0]
+        q, scale, zero = quantise_int4(weight)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1).to(device)
+        # [K / 32, N', 2]: the kernel's layout
+        self.scale_and_zeros = torch.stack((scale, zero), dim=-1).transpose(0, 1).contiguous().to(device=device, dtype=dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scale_and_zeros)
+        return out if out.shape[-1] == self.out_features else out[:, : self.out_features]
+
+
+FORMATS: dict[str, type[DenseLinear] | type[Int8Linear] | type[Int4Linear]] = {
+    "dense": DenseLinear,
+    "int8": Int8Linear,
+    "int4": Int4Linear,
+}
+
+
+def make_linear(weight: torch.Tensor, weights: str, dtype: torch.dtype, device: torch.device) -> Linear:
+    """A linear layer over `weight` [out, in] in format `weights` (one of WEIGHT_FORMATS)."""
+    if weights not in FORMATS:
+        raise ValueError(f"weights {weights!r} is not one of {', '.join(WEIGHT_FORMATS)}")
+    if weights != "dense" and device.type != "cpu":
+        raise ValueError(f"weights {weights!r} runs on the CPU only (torch's weight-only kernels); use weights dense on {device.type}")
+    return FORMATS[weights](weight, dtype, device)

@@ -1,0 +1,206 @@
+"""The engine's weight formats (dense, int8, int4), `dtype: auto`, and the export gate that
+vouches for each format before serving loads it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from llm.artifacts import GATED_FORMATS, MANIFEST_FILE, gate_refusal, gated_format
+from llm.contract import ScheduledChunk
+from llm.engine.linear import Int4Linear, Int8Linear, make_linear, quantise_int4, quantise_int8
+from llm.engine.precision import cpu_flags, resolve_dtype
+
+CPU = torch.device("cpu")
+
+
+def random_weight(rows: int, columns: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(rows, columns, generator=torch.Generator().manual_seed(seed)) * 0.05
+
+
+def activations(rows: int, columns: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(rows, columns, generator=torch.Generator().manual_seed(1)).to(dtype)
+
+
+def int8_matrix(weight: torch.Tensor) -> torch.Tensor:
+    q, scales = quantise_int8(weight)
+    return q.float() * scales[:, None]
+
+
+def int4_matrix(weight: torch.Tensor) -> torch.Tensor:
+    q, scale, zero = quantise_int4(weight)
+    rows, columns = q.shape
+    groups = (q.float().view(rows, -1, 32) - 8) * scale[..., None] + zero[..., None]
+    return groups.view(rows, columns)[: weight.shape[0]]
+
+
+@pytest.mark.parametrize(("layer", "matrix"), [(Int8Linear, int8_matrix), (Int4Linear, int4_matrix)])
+@pytest.mark.parametrize("shape", [(96, 64), (97, 64)])  # 97 rows: int4 pads to 112 and cuts back
+def test_a_quantised_linear_equals_the_matmul_with_its_dequantised_weights(layer, matrix, shape):
+    weight = random_weight(*shape)
+    x = activations(5, shape[1], torch.float32)
+    out = layer(weight, torch.float32, CPU)(x)
+    assert out.shape == (5, shape[0])
+    torch.testing.assert_close(out, x @ matrix(weight).T, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("layer", "matrix"), [(Int8Linear, int8_matrix), (Int4Linear, int4_matrix)])
+def test_a_quantised_linear_takes_bfloat16_activations(layer, matrix):
+    weight = random_weight(64, 96)
+    x = activations(3, 96, torch.bfloat16)
+    out = layer(weight, torch.bfloat16, CPU)(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), x.float() @ matrix(weight).T, atol=0.02, rtol=0.02)
+
+
+def test_quantisation_error_stays_within_half_a_step():
+    weight = random_weight(64, 96)
+    _, scales = quantise_int8(weight)
+    assert ((int8_matrix(weight) - weight).abs() <= scales[:, None] / 2 + 1e-7).all()
+    _, scale, _ = quantise_int4(weight)
+    assert ((int4_matrix(weight) - weight).abs().view(64, -1, 32) <= scale[..., None] / 2 + 1e-7).all()
+
+
+def test_quantisation_is_deterministic():
+    weight = random_weight(48, 64)
+    first, second = Int4Linear(weight, torch.float32, CPU), Int4Linear(weight, torch.float32, CPU)
+    assert torch.equal(first.packed, second.packed) and torch.equal(first.scale_and_zeros, second.scale_and_zeros)
+    assert torch.equal(quantise_int8(weight)[0], quantise_int8(weight)[0])
+
+
+def test_int4_refuses_an_input_width_that_is_not_a_multiple_of_32():
+    with pytest.raises(ValueError, match="divisible by 32"):
+        Int4Linear(random_weight(16, 48), torch.float32, CPU)
+
+
+def test_quantised_formats_refuse_cuda_and_unknown_formats():
+    with pytest.raises(ValueError, match="CPU only"):
+        make_linear(random_weight(16, 32), "int8", torch.float32, torch.device("cuda"))
+    with pytest.raises(ValueError, match="not one of dense, int8, int4"):
+        make_linear(random_weight(16, 32), "int2", torch.float32, CPU)
+
+
+@pytest.mark.parametrize(
+    ("flags", "resolved"),
+    [
+        ({"avx512f", "amx_tile", "amx_bf16"}, "bfloat16"),  # Xeon with AMX
+        ({"avx512f", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "fma", "f16c"}, "float32"),  # the AVX2 EPYC: bf16 products run 3.3x slower there
+        (set(), "float32"),
+    ],
+)
+def test_auto_dtype_follows_the_cpu_flags(flags, resolved):
+    assert resolve_dtype("auto", "cpu", flags) == resolved
+
+
+def test_auto_dtype_is_bfloat16_on_cuda_and_a_named_dtype_is_kept():
+    assert resolve_dtype("auto", "cuda", set()) == "bfloat16"
+    assert resolve_dtype("float32", "cpu", {"amx_bf16"}) == "float32"
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu avx2 amx_bf16\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "amx_bf16"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+# The engine on a tiny random Llama whose input widths suit int4 (multiples of 32).
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    pytest.importorskip("transformers")
+    from tests.unit.tiny_llama import tiny_hf_llama
+
+    return tiny_hf_llama(num_heads=8, intermediate_size=96)
+
+
+def logits_of(hf_model, weights: str, dtype: str = "float32", tokens: list[int] | None = None) -> torch.Tensor:
+    from tests.unit.tiny_llama import tiny_executor
+
+    tokens = tokens or torch.randint(3, 97, (20,), generator=torch.Generator().manual_seed(1)).tolist()
+    executor = tiny_executor(hf_model, 16, 4, dtype, weights)
+    return executor.execute([ScheduledChunk(0, tokens, 0, tuple(range(5)), True)])[0]
+
+
+@pytest.mark.parametrize(("weights", "tolerance"), [("int8", 0.02), ("int4", 0.15)])  # of the largest |logit|
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_quantised_weights_give_logits_close_to_dense(hf_model, weights, tolerance, dtype):
+    dense = logits_of(hf_model, "dense")
+    quantised = logits_of(hf_model, weights, dtype)
+    assert quantised.dtype == torch.float32
+    assert (quantised - dense).abs().max() <= tolerance * dense.abs().max()
+    assert int(quantised.argmax()) == int(dense.argmax())
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_quantised_sequence_gets_the_same_logits_whatever_shares_its_step(hf_model, weights):
+    from tests.unit.tiny_llama import tiny_executor
+
+    tokens = torch.randint(3, 97, (9,), generator=torch.Generator().manual_seed(4)).tolist()
+    alone = tiny_executor(hf_model, 16, 4, "float32", weights).execute([ScheduledChunk(0, tokens, 0, (0, 1, 2), True)])[0]
+    shared = tiny_executor(hf_model, 16, 4, "float32", weights)
+    other = torch.randint(3, 97, (13,), generator=torch.Generator().manual_seed(5)).tolist()
+    both = shared.execute([ScheduledChunk(1, other, 0, (3, 4, 5, 6), True), ScheduledChunk(0, tokens, 0, (0, 1, 2), True)])
+    torch.testing.assert_close(both[1], alone, atol=1e-5, rtol=0)
+
+
+def test_the_executor_reports_the_resolved_dtype(hf_model):
+    from tests.unit.tiny_llama import tiny_executor
+
+    executor = tiny_executor(hf_model, 16, 4, "auto", "int8")
+    assert executor.config.dtype == resolve_dtype("auto", "cpu") and executor.config.weights == "int8"
+
+
+# The gate: the export records each format's figures; serving refuses a format that did not pass.
+
+
+def write_manifest(folder, parity: dict) -> None:
+    (folder / MANIFEST_FILE).write_text(json.dumps({"parity": parity}))
+
+
+def test_the_gate_names_each_served_format():
+    assert gated_format("dense", "float32") == "dense-float32"
+    assert gated_format("int4", "float32") == gated_format("int4", "bfloat16") == "int4"
+    assert gated_format("dense", "float16") is None  # not a shipped format: not gated
+
+
+def test_serving_refuses_a_format_whose_gate_failed_or_is_missing(tmp_path):
+    write_manifest(tmp_path, {"dense-float32": {"passed": True}, "int4": {"passed": False, "top1_agreement": 0.8, "min_agreement": 0.9}})
+    assert gate_refusal(tmp_path, "dense", "float32") is None
+    assert gate_refusal(tmp_path, "dense", "float16") is None
+    failed = gate_refusal(tmp_path, "int4", "bfloat16")
+    assert "failed the export's parity gate" in failed and "0.8" in failed and "make export" in failed
+    assert "make export" in gate_refusal(tmp_path, "int8", "float32")
+    assert "make export" in gate_refusal(tmp_path / "nowhere", "dense", "float32")
+
+
+def test_an_export_from_before_the_per_format_gate_still_vouches_for_its_own_dense_format(tmp_path):
+    write_manifest(tmp_path, {"dtype": "float32", "top1_agreement": 1.0, "min_agreement": 1.0, "passed": True})
+    assert gate_refusal(tmp_path, "dense", "float32") is None
+    assert "make export" in gate_refusal(tmp_path, "dense", "bfloat16")
+    assert "make export" in gate_refusal(tmp_path, "int8", "float32")
+
+
+def test_the_export_gates_every_format_and_records_a_failure_without_raising(hf_model, tmp_path, monkeypatch):
+    from export import llm_export
+    from llm.engine import LlamaDims, save_checkpoint
+    from llm.engine.checkpoint import fuse_hf_state_dict
+
+    dims = LlamaDims.from_hf_config(hf_model.config)
+    save_checkpoint(tmp_path, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
+    monkeypatch.setattr(llm_export, "NEW_TOKENS", 4)
+    monkeypatch.setattr(llm_export, "QUANTISED_MIN_AGREEMENT", 1.01)  # no quantised format can pass
+    prompts = [torch.randint(3, 97, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 12)]
+    figures = llm_export.gate_formats(tmp_path, hf_model, prompts, "float32")
+    assert list(figures) == ["dense-float32", *(name for name in GATED_FORMATS if name != "dense-float32")]
+    assert figures["dense-float32"]["passed"] and figures["dense-float32"]["top1_agreement"] == 1.0
+    assert not figures["int8"]["passed"] and not figures["int4"]["passed"]
+    assert all(entry["max_abs_logit_diff"] is not None and entry["gate_s"] >= 0 for entry in figures.values())
+    assert figures["int8"]["weights"] == "int8" and figures["int8"]["dtype"] == "bfloat16"
+    write_manifest(tmp_path, figures)
+    assert gate_refusal(tmp_path, "dense", "float32") is None
+    assert "failed" in gate_refusal(tmp_path, "int8", "float32")
