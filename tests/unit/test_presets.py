@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from llm.artifacts import gate_refusal
 from tools.paths import MODEL_REPOSITORY
 from tools.repo.instances import core_budget, instance_count
 from tools.repo.model_config import CONFIG_NAME, ModelConfig, batching_problems, has_priority_queues, load_config
@@ -100,6 +101,10 @@ def test_written_repository_holds_the_preset_configs_and_the_exported_artifacts(
     onnx = out / "encoder" / "1" / "model.onnx"
     assert onnx.stat().st_size == (MODEL_REPOSITORY / "encoder" / "1" / "model.onnx").stat().st_size
     assert not (out / "encoder" / "1" / "export_manifest.json").exists()
+    # the LLM refuses to load without its export's parity gate figures, so they travel with it
+    llm_manifest = out / "llm" / "1" / "export_manifest.json"
+    assert llm_manifest.read_bytes() == (MODEL_REPOSITORY / "llm" / "1" / "export_manifest.json").read_bytes()
+    assert gate_refusal(out / "llm" / "1", "dense", "float32") is None
 
 
 def test_writing_replaces_an_earlier_variant(tmp_path) -> None:
