@@ -76,7 +76,7 @@ def test_the_comparisons_state_the_issues_targets_as_measured_ratios() -> None:
     lines = comparisons(report()["levels"])
     assert "- 16 streams: iteration's goodput is 4.00x request's and 12.00x none's; request's TTFT p99 is 4.44x iteration's" in lines[0]
     assert lines[1] == "- 16 streams: iteration's output tokens/s are 0.80x llama-server's (target: >= 1x)"
-    assert lines[2] == "- 1 stream: iteration's output tokens/s are 0.50x llama-server's"
+    assert lines[2] == "- 1 stream: iteration's output tokens/s are 0.50x llama-server's, its TPOT p50 1.00x theirs (target: <= 1x)"
     assert len(lines) == 3  # no 32-stream level ran: nothing is claimed about it
 
 
@@ -88,7 +88,23 @@ def test_the_comparisons_state_what_the_triton_path_costs_vllm_and_our_engine_ag
         "- 16 streams: vLLM inside Triton's output tokens/s are 0.92x vLLM's own server's, its TTFT p99 1.12x "
         "(what the Triton path costs; target at 16 streams: >= 0.9x)"
     )
-    assert lines[1] == "- 16 streams: our engine's (iteration) output tokens/s are 0.50x vLLM's inside Triton"
+    assert (
+        lines[1]
+        == "- 16 streams: our engine's (iteration) output tokens/s are 0.50x vLLM's inside Triton (target at 16 and 32 streams: >= 1.2x)"
+    )
+    assert (
+        lines[2]
+        == "- 16 streams: our engine's (iteration) output tokens/s are 0.46x vLLM's own server's (target at 16 and 32 streams: >= 1.2x)"
+    )
+
+
+def test_the_comparisons_state_what_the_triton_path_costs_our_engine() -> None:
+    levels = [level("engine-loop", "closed", 1, 0.2, 40.0, 900.0), level("llm iteration", "closed", 1, 0.2, 38.0, 950.0)]
+    levels.append(level("llm iteration", "closed", 16, 0.1, 165.0, 1500.0))  # no in-process level at 16: no claim
+    assert comparisons(levels) == [
+        "- 1 streams: our engine served through Triton (iteration) gives 0.95x the output tokens/s of the same engine in process "
+        "(engine-loop; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)"
+    ]
 
 
 def test_vllms_own_server_runs_the_knobs_of_the_vllm_config_on_the_same_checkpoint(tmp_path: Path) -> None:
@@ -134,7 +150,7 @@ def test_a_full_run_of_four_targets_is_planned_to_end_well_within_an_hour() -> N
 
 @pytest.mark.parametrize("text", ["iteration,nope", ""])
 def test_an_unknown_target_is_refused_with_the_choices(text: str) -> None:
-    with pytest.raises(ValueError, match="choose from iteration, request, none, vllm, vllm-server, llama-server"):
+    with pytest.raises(ValueError, match="choose from iteration, request, none, engine-loop, vllm, vllm-server, llama-server"):
         selected_targets(text)
 
 

@@ -1,6 +1,7 @@
-"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes, the
-`llm` model on vLLM's engine, vLLM's own OpenAI server and llama.cpp's llama-server under one
-seeded streaming load, written to reports/bench-llm/.
+"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes, our
+engine in this process with no server (`engine-loop`), the `llm` model on vLLM's engine, vLLM's
+own OpenAI server and llama.cpp's llama-server under one seeded streaming load, written to
+reports/bench-llm/.
 
 Each target runs every level in turn (closed loop at each concurrency, then Poisson at each
 rate), after two unmeasured warm-up requests. Without `--url` a local Triton is started
@@ -31,6 +32,7 @@ from pathlib import Path
 from llm.artifacts import HF_FOLDER
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.llmbench.driver import LevelDriver, Schedule, level_label
+from tools.llmbench.in_process import ENGINE_LOOP, EngineLoopTarget
 from tools.llmbench.report import write_report
 from tools.llmbench.targets import (
     LLAMA_SERVER,
@@ -62,7 +64,7 @@ log = logging.getLogger("bench-llm")
 # 16 streams, and 3 s covers a 1,024-token prompt prefilled in 80-token steps.
 DEFAULT_SLO = Slo(ttft_s=3.0, tpot_s=0.3)
 
-TARGET_NAMES = (*MODES, VLLM, VLLM_SERVER, LLAMA_SERVER)
+TARGET_NAMES = (*MODES, ENGINE_LOOP, VLLM, VLLM_SERVER, LLAMA_SERVER)
 TRITON_TARGETS = (*MODES, VLLM)
 DEFAULT_LLAMA_SERVER = BUILD_DIR / "llama.cpp" / "bin" / "llama-server"
 
@@ -272,7 +274,7 @@ def run_bench(args: argparse.Namespace) -> dict:
     log.info("workload: %s; mean prompt %.0f, mean output %.0f tokens", workload.describe(), mean_prompt, mean_output)
     levels, described = [], []
     with contextlib.ExitStack() as stack:
-        targets: list[Target] = []
+        targets: list[Target | EngineLoopTarget] = []
         if any(name in TRITON_TARGETS for name in names):
             control, grpc_url = stack.enter_context(triton_control(args))
             for name in names:
@@ -280,6 +282,8 @@ def run_bench(args: argparse.Namespace) -> dict:
                     targets.append(ModeTarget(name, control, grpc_url))
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))
+        if ENGINE_LOOP in names:
+            targets.append(EngineLoopTarget())
         if VLLM_SERVER in names:
             targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
         if LLAMA_SERVER in names:
