@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from llm.artifacts import GATED_FORMATS, MANIFEST_FILE, gate_refusal, gated_format
 from llm.contract import ScheduledChunk
@@ -204,3 +205,32 @@ def test_the_export_gates_every_format_and_records_a_failure_without_raising(hf_
     write_manifest(tmp_path, figures)
     assert gate_refusal(tmp_path, "dense", "float32") is None
     assert "failed" in gate_refusal(tmp_path, "int8", "float32")
+
+
+def test_a_prepacked_dense_weight_gives_what_f_linear_gives_in_every_float_dtype():
+    from llm.engine.linear import DenseLinear
+
+    weight = random_weight(96, 64)
+    for dtype in (torch.float32, torch.bfloat16):
+        layer = DenseLinear(weight, dtype, torch.device("cpu"))
+        x = activations(16, 64, dtype)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight), atol=1e-4 if dtype == torch.float32 else 2e-2, rtol=1e-3)
+        torch.testing.assert_close(layer(x[:1]), layer(x)[:1], atol=0, rtol=0)  # a row's result does not depend on its batch
+
+
+@pytest.mark.parametrize(("weights", "dtype"), [("int4", "auto"), ("dense", "float32")])
+def test_a_calibration_measures_and_records_the_weight_format_and_the_resolved_dtype(tmp_path, weights, dtype):
+    from llm.engine import LlamaDims, save_checkpoint
+    from llm.engine.checkpoint import fuse_hf_state_dict
+    from tests.unit.tiny_llama import tiny_hf_llama
+    from tools.simulate.llm.calibrate import Design, measure
+
+    hf_model = tiny_hf_llama(num_heads=8, intermediate_size=96, vocab_size=1152)  # the calibration's tokens are 100-1099
+    dims = LlamaDims.from_hf_config(hf_model.config)
+    save_checkpoint(tmp_path, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
+    design = Design(
+        prefills=(8, 16), continued=(), decode_batches=(1, 2, 4), decode_contexts=(8, 24), mixed=(), mixed_continued=(), repeats=1
+    )
+    model = measure(tmp_path, design, dtype, threads=1, weights=weights)
+    assert model.engine["weights"] == weights and model.engine["dtype"] == resolve_dtype(dtype, "cpu")
+    assert len(model.fit["steps"]) == 2 + 3 * 2

@@ -10,7 +10,7 @@ from llm.engine import LlamaDims, LlamaExecutor
 from llm.engine.checkpoint import fuse_hf_state_dict
 
 
-def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate_size: int = 80):
+def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate_size: int = 80, vocab_size: int = 97):
     """transformers' LlamaForCausalLM with random weights; norms randomised too (HF sets them
     to 1), so a swapped norm changes the logits. `num_heads=8, intermediate_size=96` makes every
     input width a multiple of 32, as the int4 weight format needs."""
@@ -18,7 +18,7 @@ def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=97,
+        vocab_size=vocab_size,
         hidden_size=8 * num_heads,
         intermediate_size=intermediate_size,
         num_hidden_layers=2,

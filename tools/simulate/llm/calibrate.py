@@ -82,7 +82,7 @@ def blocks_needed(design: Design) -> int:
     return max(sum(-(-(c + n) // BLOCK_SIZE) for n, c in step) for step in design.steps())
 
 
-def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: int = 0) -> StepCostModel:
+def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: int = 0, weights: str = "dense") -> StepCostModel:
     """Load and time the engine on a thread of its own, as the server's engine loop runs it: on
     the 2-core EPYC a step ran 15-25% slower from a second thread than from the main one (one
     run each: 4 decodes 114-124 ms against 91-95 ms, torch's OpenMP teams per calling thread)."""
@@ -91,7 +91,7 @@ def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: i
 
     def run() -> None:
         try:
-            result.append(_measure(checkpoint, design, dtype, threads))
+            result.append(_measure(checkpoint, design, dtype, threads, weights))
         except BaseException as exc:  # re-raised on the caller's thread
             failure.append(exc)
 
@@ -103,17 +103,22 @@ def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: i
     return result[0]
 
 
-def _measure(checkpoint: Path, design: Design, dtype: str, threads: int) -> StepCostModel:
+def _measure(checkpoint: Path, design: Design, dtype: str, threads: int, weights: str) -> StepCostModel:
+    """The step cost of one weight format and dtype (`auto` resolved on this CPU): a model
+    fitted on one format prices another's steps wrongly (int4 decodes ran 2.4x faster than
+    bfloat16 ones at one sequence and 1.4x slower at 32 on the AMX Xeon)."""
     import torch
 
     from llm.engine.executor import LlamaExecutor
+    from llm.engine.precision import resolve_dtype
     from llm.sampling import Sampler, SamplingRow
     from tools.simulate.llm.engine_sim import kv_bytes_per_token
     from tools.simulate.llm.setup import DTYPE_BYTES, checkpoint_dims
 
     blocks = blocks_needed(design)
+    dtype = resolve_dtype(dtype, "cpu")
     per_block = kv_bytes_per_token(checkpoint_dims(checkpoint), DTYPE_BYTES[dtype]) * BLOCK_SIZE
-    config = EngineConfig(dtype=dtype, block_size=BLOCK_SIZE, kv_cache_bytes=(blocks + 1) * per_block, num_threads=threads)
+    config = EngineConfig(dtype=dtype, block_size=BLOCK_SIZE, kv_cache_bytes=(blocks + 1) * per_block, num_threads=threads, weights=weights)
     executor = LlamaExecutor.from_checkpoint(checkpoint, config)
     if executor.num_blocks < blocks:
         raise RuntimeError(f"the calibration KV cache holds {executor.num_blocks} blocks, {blocks} needed")
@@ -146,6 +151,7 @@ def _measure(checkpoint: Path, design: Design, dtype: str, threads: int) -> Step
     engine = {
         "checkpoint": str(checkpoint),
         "dtype": dtype,
+        "weights": weights,
         "threads": torch.get_num_threads(),
         "block_size": BLOCK_SIZE,
         "statistic": design.statistic,

@@ -43,6 +43,7 @@ from tools.simulate.llm.setup import (
     ENGINES,
     drawn_shapes,
     parse_overrides,
+    read_knobs,
     resolve_engine,
     simulation_of,
 )
@@ -105,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = commands.add_parser("calibrate", help="time engine steps on designed shapes and fit the step cost model")
     c.add_argument("--engine", choices=ENGINES, default=None, help="native (default) or vllm (.venv-vllm: make vllm-venv)")
-    c.add_argument("--config", type=Path, default=None, help="vllm: the config whose knobs the engine runs (default configs/vllm.pbtxt)")
+    c.add_argument("--config", type=Path, default=None, help="the config whose knobs the engine runs (default: the engine's committed one)")
     c.add_argument("--checkpoint", type=Path, default=None, help="exported checkpoint (make export; vllm: its hf/ folder)")
-    c.add_argument("--dtype", default=None, help="native: the engine's dtype (default float32; vLLM's comes from --config)")
+    c.add_argument("--dtype", default=None, help="native: the engine's dtype, or auto (default: --config's; vLLM's comes from --config)")
+    c.add_argument("--weights", default=None, help="native: the weight format, dense, int8 or int4 (default: --config's)")
     c.add_argument("--threads", type=int, default=None, help="native: torch threads (default 0: torch's default, as the server)")
     c.add_argument("--quick", action="store_true", help="fewer shapes and rounds (about a minute)")
     c.add_argument(
@@ -187,15 +189,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if engine == "vllm":
         from tools.simulate.llm.vllm_calibrate import VllmDesign, measure_vllm
 
-        if args.dtype is not None or args.threads is not None:
-            raise ValueError("--dtype and --threads are the native engine's; vLLM's come from --config's knobs")
+        if args.dtype is not None or args.threads is not None or args.weights is not None:
+            raise ValueError("--dtype, --weights and --threads are the native engine's; vLLM's come from --config's knobs")
         design = dataclasses.replace(VllmDesign.quick() if args.quick else VllmDesign(), statistic=args.statistic)
         model = measure_vllm(config, design, args.checkpoint)
     else:
         from tools.simulate.llm.calibrate import Design, measure
 
         design = dataclasses.replace(Design.quick() if args.quick else Design(), statistic=args.statistic)
-        model = measure(args.checkpoint or DEFAULT_CHECKPOINT, design, args.dtype or "float32", args.threads or 0)
+        _, engine_config = read_knobs(config)
+        dtype, weights = args.dtype or engine_config.dtype, args.weights or engine_config.weights
+        model = measure(args.checkpoint or DEFAULT_CHECKPOINT, design, dtype, args.threads or 0, weights)
     model.save(out)
     print(calibration_text(model, time.perf_counter() - started, out))
     return 0

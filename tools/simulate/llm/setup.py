@@ -83,7 +83,9 @@ def checkpoint_dims(folder: Path = DEFAULT_CHECKPOINT) -> dict:
 
 def engine_shape(engine: EngineConfig, dims: Mapping | None = None) -> EngineShape:
     dims = dict(dims or checkpoint_dims())
-    per_token = kv_bytes_per_token(dims, DTYPE_BYTES[engine.dtype])
+    from llm.engine.precision import resolve_dtype
+
+    per_token = kv_bytes_per_token(dims, DTYPE_BYTES[resolve_dtype(engine.dtype, engine.device)])
     return EngineShape(
         num_blocks=num_blocks_for(engine.kv_cache_bytes, engine.block_size, per_token),
         block_size=engine.block_size,
