@@ -53,13 +53,14 @@ def test_the_harness_streams_from_llama_server_on_the_same_gguf(tmp_path) -> Non
 def test_the_harness_drives_our_engine_in_process_with_the_committed_knobs(tmp_path) -> None:
     """engine-loop: no server; the same workload through the EngineLoop the model runs."""
     args = [
-        *("--targets", "engine-loop", "--concurrency", "2", "--rates", "", "--seconds", "1", "--drain", "120"),
+        *("--targets", "engine-loop", "--concurrency", "2", "--rates", "", "--seconds", "1", "--drain", "120", "--set", "max_num_seqs=3"),
         *("--prompt-lengths", "8-24", "--output-lengths", "2-6", "--requests", "8", "--out", str(tmp_path / "report"), "-q"),
     ]
     assert run(args) == 0
     report = json.loads((tmp_path / "report" / "bench-llm.json").read_text())
     (target,) = report["targets"]
     assert target["name"] == "engine-loop" and "config.pbtxt" in target["description"] and "mode='iteration'" in target["description"]
+    assert "max_num_seqs=3" in target["description"]  # --set reaches our engine
     (level,) = report["levels"]
     assert level["completed"] == level["requests"] >= 2 and 2 <= level["mean_tokens_out"] <= 6
     assert level["mean_tokens_in"] is not None and level["ttft_p50_ms"] is not None and level["tpot_p50_ms"] is not None

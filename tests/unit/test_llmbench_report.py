@@ -190,3 +190,13 @@ def test_runs_that_sent_other_requests_or_another_load_are_not_appended(section:
 def test_a_target_measured_in_both_runs_is_not_appended_twice() -> None:
     with pytest.raises(ValueError, match="llm iteration already measured"):
         append_to(report(), report())
+
+
+def test_knob_overrides_for_our_engine_are_checked_against_its_knobs() -> None:
+    from tools.llmbench.targets import parse_knob_overrides
+
+    assert parse_knob_overrides("weights=int4, dtype=auto") == {"weights": "int4", "dtype": "auto"}
+    assert parse_knob_overrides("") == {}
+    for bad, problem in (("weights=int9", "weights"), ("max_num_seqs", "KNOB=VALUE"), ("mode=none", "--targets"), ("colour=red", "colour")):
+        with pytest.raises(ValueError, match=problem):
+            parse_knob_overrides(bad)

@@ -47,6 +47,7 @@ from tools.llmbench.targets import (
     VllmServerTarget,
     VllmTarget,
     check_model_control,
+    parse_knob_overrides,
 )
 from tools.load.llm.clients import StreamClient
 from tools.load.llm.figures import LevelFigures, Slo
@@ -96,6 +97,13 @@ def _numbers(text: str, kind: type) -> tuple:
     if any(value <= 0 for value in values):
         raise argparse.ArgumentTypeError(f"every level must be above 0, got {text!r}")
     return values
+
+
+def _knob_overrides(text: str) -> dict[str, str]:
+    try:
+        return parse_knob_overrides(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_LLAMA_SERVER, help="the binary (make llama-server)")
     parser.add_argument("--llama-parallel", type=int, default=16, help="llama-server --parallel (default 16: llm's max_num_seqs)")
     parser.add_argument("--llama-context", type=int, default=32768, help="llama-server --ctx-size, unified across slots")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        type=_knob_overrides,
+        default={},
+        help="knobs of our engine for its targets (the modes and engine-loop), e.g. weights=int4,dtype=auto",
+    )
     parser.add_argument("--llama-threads", type=int, default=os.cpu_count() or 2, help="llama-server --threads (default: the CPUs)")
     parser.add_argument(
         "--tokenizer",
@@ -279,11 +294,11 @@ def run_bench(args: argparse.Namespace) -> dict:
             control, grpc_url = stack.enter_context(triton_control(args))
             for name in names:
                 if name in MODES:
-                    targets.append(ModeTarget(name, control, grpc_url))
+                    targets.append(ModeTarget(name, control, grpc_url, overrides=args.overrides))
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))
         if ENGINE_LOOP in names:
-            targets.append(EngineLoopTarget())
+            targets.append(EngineLoopTarget(overrides=args.overrides))
         if VLLM_SERVER in names:
             targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
         if LLAMA_SERVER in names:

@@ -16,10 +16,11 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm.artifacts import gate_refusal
 from llm.contract import GenerationRequest, RequestOutput, SamplingParams
 from llm.engine.executor import LlamaExecutor
 from llm.engine.precision import resolve_dtype
@@ -85,6 +86,7 @@ class EngineLoopTarget:
     """The committed config's engine (iteration mode) in this process, no Triton."""
 
     config_path: Path = MODEL_REPOSITORY / "llm" / "config.pbtxt"
+    overrides: Mapping[str, str] = field(default_factory=dict)  # more knobs (bench-llm --set), as the served targets get them
     name: str = ENGINE_LOOP
     settings: str = field(default="", init=False)
 
@@ -93,10 +95,13 @@ class EngineLoopTarget:
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[StreamClient]:
-        parameters = {**parameters_from_pbtxt(self.config_path), "mode": "iteration"}
+        parameters = {**parameters_from_pbtxt(self.config_path), **self.overrides, "mode": "iteration"}
         scheduler_config, engine_config = parse_knobs(parameters)
         engine_config = dataclasses.replace(engine_config, dtype=resolve_dtype(engine_config.dtype, engine_config.device))
         folder = self.config_path.parent / "1"
+        refusal = gate_refusal(folder, engine_config.weights, engine_config.dtype)
+        if refusal is not None:  # as the model refuses to load it
+            raise ValueError(refusal)
         tokenizer = LlmTokenizer.from_folder(folder)
         loop = EngineLoop(LlamaExecutor.from_checkpoint(folder, engine_config), scheduler_config, tokenizer)
         self.settings = f"{self.config_path.relative_to(MODEL_REPOSITORY.parent)} ({scheduler_config}; {engine_config})"

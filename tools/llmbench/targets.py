@@ -18,10 +18,11 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
 from tools.contract import LLM_MODEL
 from tools.load.llm.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, VLLM_PYTHON
@@ -49,17 +50,34 @@ def mode_target_name(mode: str) -> str:
     return f"llm {mode}"
 
 
-def apply_mode(client: TritonClient, mode: str, model: str = MODEL) -> None:
-    """Make `model` run `parameters.mode = mode` (a reload, unless it runs that mode already)."""
+def parse_knob_overrides(text: str) -> dict[str, str]:
+    """'weights=int4,dtype=auto' -> {knob: value} for our engine's targets (`--set`); every key
+    and value is checked against the engine's knobs (llm.serving.knobs), so a typo fails here,
+    not as a model that will not load."""
+    overrides: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() in ("mode", "engine"):
+            raise ValueError(f"an override is KNOB=VALUE for our engine (not mode or engine: --targets picks them); got {part!r}")
+        overrides[key.strip()] = value.strip()
+    parse_knobs({**parameters_from_pbtxt(NATIVE_CONFIG), **overrides})  # KnobError (a ValueError) names what is wrong
+    return overrides
+
+
+def apply_mode(client: TritonClient, mode: str, model: str = MODEL, overrides: Mapping[str, str] | None = None) -> None:
+    """Make `model` run `parameters.mode = mode` and the `overrides` (a reload, unless it runs
+    them already)."""
+    wanted = {"mode": mode, **(overrides or {})}
     config = client.config(model)
     if engine_of_config(config) != "native":  # the server runs vLLM: our engine's committed config, in `mode`
         config = load_config(NATIVE_CONFIG)
-    elif config.parameters["mode"].string_value == mode and client.model_ready(model):
+    elif all(config.parameters[key].string_value == value for key, value in wanted.items()) and client.model_ready(model):
         return
-    config.parameters["mode"].string_value = mode
+    for key, value in wanted.items():
+        config.parameters[key].string_value = value
     started = time.monotonic()
     client.reload(model, config)
-    log.info("%s reloaded with mode=%s in %.1f s", model, mode, time.monotonic() - started)
+    log.info("%s reloaded with %s in %.1f s", model, wanted, time.monotonic() - started)
 
 
 @contextlib.contextmanager
@@ -95,17 +113,19 @@ class ModeTarget:
     control: TritonClient
     grpc_url: str
     model: str = MODEL
+    overrides: Mapping[str, str] = field(default_factory=dict)  # more knobs of ours (--set)
 
     @property
     def name(self) -> str:
         return mode_target_name(self.mode)
 
     def describe(self) -> str:
-        return f"Triton `{self.model}` model, parameters.mode={self.mode} (the rest as the server's config)"
+        knobs = "".join(f", {key}={value}" for key, value in self.overrides.items())
+        return f"Triton `{self.model}` model, parameters.mode={self.mode}{knobs} (the rest as the server's config)"
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[StreamClient]:
-        apply_mode(self.control, self.mode, self.model)
+        apply_mode(self.control, self.mode, self.model, self.overrides)
         yield TritonStreamClient(self.grpc_url, self.model)
 
 
