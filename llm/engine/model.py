@@ -128,7 +128,7 @@ class LlamaModel:
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms_norm(x, layer.attn_norm))
             qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
-            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), dim=-1) * sin
+            qk = (qk * cos).addcmul_(qk.roll(half, dims=-1), sin)  # roll by half: the halves swapped
             q, k = qk[:, :heads], qk[:, heads:]
             v = qkv[:, qk_heads * head_dim :].view(rows, kv_heads, head_dim)
             k_slots, v_slots = cache.k_slots[index], cache.v_slots[index]
@@ -157,9 +157,9 @@ class LlamaModel:
                     values = self._values.gather(v_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
                     out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, enable_gqa=True)
                 attn[span.lo : span.hi] = out[0].transpose(0, 1)
-            x = x + layer.o(attn.view(rows, heads * head_dim)).float()
+            x += layer.o(attn.view(rows, heads * head_dim))  # in place: the float32 residual takes the product's dtype in
 
             gate, up = layer.gate_up(self._rms_norm(x, layer.mlp_norm)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up).float()
+            x += layer.down(F.silu(gate).mul_(up))
         last = self._rms_norm(x[plan.sample_rows], self.norm)
         return self.lm_head(last).float()

@@ -61,10 +61,12 @@ class EngineLoopClient:
         params = SamplingParams(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=True)
         prompt_ids = self.tokenizer.encode(request.prompt)
         record.tokens_in = len(prompt_ids)
-        self.loop.submit(
-            GenerationRequest(request_id, prompt_ids, params, time.monotonic()),
-            lambda output: event_loop.call_soon_threadsafe(outputs.put_nowait, output),
-        )
+
+        def hand_over(output: RequestOutput) -> None:  # on the engine thread
+            with contextlib.suppress(RuntimeError):  # the client's loop closed: a request cut at a level's end ended after it
+                event_loop.call_soon_threadsafe(outputs.put_nowait, output)
+
+        self.loop.submit(GenerationRequest(request_id, prompt_ids, params, time.monotonic()), hand_over)
         finished = False
         try:
             while not finished:
