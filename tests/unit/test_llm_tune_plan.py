@@ -133,3 +133,25 @@ def test_tools_tune_hands_model_llm_to_the_llm_tuner(monkeypatch):
     monkeypatch.setattr(command, "run", lambda argv: seen.append(argv) or 0)
     assert run(["--model", "llm", "--simulate-only"]) == 0
     assert seen == [["--model", "llm", "--simulate-only"]]
+
+
+def test_a_cost_model_of_another_weight_format_than_the_config_serves_is_named_in_a_warning(tmp_path, caplog):
+    from llm.engine.precision import resolve_dtype
+    from tools.simulate.llm.setup import DEFAULT_CONFIG, read_knobs
+    from tools.tune.llm.command import choose_cost_model
+
+    int4 = tmp_path / "int4.json"
+    StepCostModel({name: 0.01 for name in FEATURES}, engine={"dtype": "bfloat16", "weights": "int4"}).save(int4)  # not the committed format
+    with caplog.at_level("WARNING"):
+        model, _ = choose_cost_model(str(int4), quick=True, engine="native", config=DEFAULT_CONFIG)
+    assert model.engine["weights"] == "int4"
+    assert "measured with weights int4, dtype bfloat16" in caplog.text and "the live levels run the model's format" in caplog.text
+
+    caplog.clear()
+    _, served = read_knobs(DEFAULT_CONFIG)
+    same = tmp_path / "same.json"  # measured on what the committed config serves: no warning
+    engine = {"dtype": resolve_dtype(served.dtype, served.device), "weights": served.weights}
+    StepCostModel({name: 0.01 for name in FEATURES}, engine=engine).save(same)
+    with caplog.at_level("WARNING"):
+        choose_cost_model(str(same), quick=True, engine="native", config=DEFAULT_CONFIG)
+    assert "measured with weights" not in caplog.text

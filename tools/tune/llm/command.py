@@ -151,13 +151,34 @@ def choose_cost_model(
             model = measure_vllm(config, VllmDesign.quick() if quick else VllmDesign())
         else:
             from tools.simulate.llm.calibrate import Design, measure
+            from tools.simulate.llm.setup import read_knobs
 
-            model = measure(DEFAULT_CHECKPOINT, Design.quick() if quick else Design(), threads=threads)
+            _, served = read_knobs(config) if config is not None else read_knobs()  # the format the config serves
+            design = Design.quick() if quick else Design()
+            model = measure(DEFAULT_CHECKPOINT, design, served.dtype, threads=threads, weights=served.weights)
         model.save(default)
         return model, f"calibrated now ({default})"
     if model.engine_kind != engine:
         raise ValueError(f"the cost model {source} was measured on the {model.engine_kind} engine; this tune is on {engine}")
+    if engine == "native" and config is not None:
+        _warn_on_another_format(model, config, source)
     return model, source
+
+
+def _warn_on_another_format(model: StepCostModel, config: Path, source: str) -> None:
+    """A model measured on another weight format or dtype prices the config's steps wrongly; the
+    live levels run the model's format (tools.simulate.llm.live.engine_parameters), so say so."""
+    from llm.engine.precision import resolve_dtype
+    from tools.simulate.llm.setup import read_knobs
+
+    _, served = read_knobs(config)
+    measured = (model.engine.get("weights", "dense"), model.engine.get("dtype", "float32"))
+    if measured != (served.weights, resolve_dtype(served.dtype, served.device)):
+        log.warning(
+            "the cost model %s was measured with weights %s, dtype %s; %s serves weights %s, dtype %s: the live levels run the "
+            "model's format (calibrate again with --cost-model calibrate to tune the config's)",
+            source, *measured, config, served.weights, served.dtype,
+        )  # fmt: skip
 
 
 def write_winner(config_path: Path, parameters: Mapping[str, str], out: Path) -> None:
