@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,8 +30,6 @@ from tools.load.llm.clients import Clock, StreamClient, StreamError
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest
 from tools.paths import MODEL_REPOSITORY
-
-log = logging.getLogger(__name__)
 
 ENGINE_LOOP = "engine-loop"
 
