@@ -10,10 +10,11 @@ import torch
 
 from llm.contract import EngineConfig, ScheduledChunk
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
+from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
-from llm.engine.step_plan import build_plan
+from llm.engine.step_plan import build_plan, check_chunk
 
 
 class LlamaExecutor:
@@ -36,6 +37,11 @@ class LlamaExecutor:
         self.num_blocks = self.cache.num_blocks
         self.eos_token_ids = frozenset(dims.eos_token_ids)
         self.last_kv_tokens_attended = 0  # of the last step, for StepStats
+        self.compiled_decode: CompiledDecode | None = None
+        self.compile_seconds = 0.0  # the load's compile warm-up
+        if config.compile_decode:
+            self.compiled_decode = CompiledDecode(self.model, self.cache)
+            self.compile_seconds = self.compiled_decode.warm_up(self.block_size)
 
     @classmethod
     def from_checkpoint(cls, folder: Path, config: EngineConfig) -> LlamaExecutor:
@@ -48,6 +54,13 @@ class LlamaExecutor:
 
     def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
         """Logits [chunks with sample=True, vocabulary] float32, in chunk order."""
+        if self.compiled_decode is not None and is_decode_only(chunks):
+            for chunk in chunks:
+                check_chunk(chunk, self.block_size, self.num_blocks, self.max_model_len)
+            inputs = decode_inputs(chunks, self.block_size, self.device)
+            self.last_kv_tokens_attended = inputs.kv_tokens_attended
+            with torch.inference_mode():
+                return self.compiled_decode(inputs)
         plan = build_plan(chunks, self.block_size, self.num_blocks, self.max_model_len, self.device)
         self.last_kv_tokens_attended = plan.kv_tokens_attended
         with torch.inference_mode():

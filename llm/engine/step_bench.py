@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16 or auto (default: %(default)s)")
     parser.add_argument("--weights", default="dense", choices=WEIGHT_FORMATS, help="weight format (default: %(default)s)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile-decode", action="store_true", help="decode steps as one compiled graph (the compile_decode knob)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--batches", default="1,4,16,32")
@@ -62,9 +63,12 @@ def main(argv: list[str] | None = None) -> None:
         kv_cache_bytes=blocks * 2**20,
         num_threads=args.threads,
         weights=args.weights,
+        compile_decode=args.compile_decode,
     )
     executor = LlamaExecutor.from_checkpoint(args.checkpoint, config)
-    print(f"weights {args.weights}, {executor.config.dtype} on {args.device}, {torch.get_num_threads()} threads, context {args.context}")
+    compiled = f", decode compiled in {executor.compile_seconds:.0f} s" if args.compile_decode else ""
+    threads = torch.get_num_threads()
+    print(f"weights {args.weights}, {executor.config.dtype} on {args.device}, {threads} threads, context {args.context}{compiled}")
     prefill = [ScheduledChunk(0, list(range(100, 100 + args.prefill)), 0, tuple(range(-(-args.prefill // block_size))), True)]
     seconds = time_steps(executor, prefill, args.repeats)
     print(f"prefill {args.prefill} tokens: {seconds * 1e3:.1f} ms ({args.prefill / seconds:.0f} prompt tokens/s)")

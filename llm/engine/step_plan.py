@@ -79,7 +79,8 @@ class StepPlan:
     kv_tokens_attended: int
 
 
-def _check(chunk: ScheduledChunk, block_size: int, num_blocks: int, max_model_len: int) -> None:
+def check_chunk(chunk: ScheduledChunk, block_size: int, num_blocks: int, max_model_len: int) -> None:
+    """Refuse a chunk the cache cannot hold (ValueError naming the sequence)."""
     end = chunk.start_position + len(chunk.token_ids)
     if not chunk.token_ids:
         raise ValueError(f"sequence {chunk.seq_id}: a chunk with no tokens")
@@ -96,7 +97,7 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
     if not chunks:
         raise ValueError("a step needs at least one chunk")
     for chunk in chunks:
-        _check(chunk, block_size, num_blocks, max_model_len)
+        check_chunk(chunk, block_size, num_blocks, max_model_len)
     decodes = sorted((i for i, chunk in enumerate(chunks) if len(chunk.token_ids) == 1), key=lambda i: chunks[i].start_position)
     longer = [i for i, chunk in enumerate(chunks) if len(chunk.token_ids) > 1]
 

@@ -41,9 +41,18 @@ def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate
     return model
 
 
-def tiny_executor(hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32", weights: str = "dense") -> LlamaExecutor:
+def tiny_executor(
+    hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32", weights: str = "dense", compile_decode: bool = False
+) -> LlamaExecutor:
     """Our engine over the same weights, with exactly `num_blocks` KV blocks."""
     dims = LlamaDims.from_hf_config(hf_model.config)
     block_bytes = 2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * (4 if dtype == "float32" else 2)
-    config = EngineConfig(dtype=dtype, weights=weights, block_size=block_size, kv_cache_bytes=num_blocks * block_bytes, max_model_len=128)
+    config = EngineConfig(
+        dtype=dtype,
+        weights=weights,
+        block_size=block_size,
+        kv_cache_bytes=num_blocks * block_bytes,
+        max_model_len=128,
+        compile_decode=compile_decode,
+    )
     return LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), config)
