@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -100,6 +101,40 @@ class EngineLoop:
             raise RuntimeError("the engine loop is already started")
         self._thread = threading.Thread(target=self._run, name="llm-engine-loop", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def launch(
+        cls,
+        make_executor: Callable[[], StepExecutor],
+        config: SchedulerConfig,
+        tokenizer: Decoder,
+        observer: LoopObserver | None = None,
+    ) -> EngineLoop:
+        """Build the executor on a new thread and run the loop on that same thread; returns the
+        started loop, or raises what the build raised.
+
+        torch's CPU ops run in an OpenMP team per calling thread. Loading the weights on one
+        thread and stepping on another leaves two teams, more OpenMP threads than cores, and
+        libgomp then stops its workers spinning between parallel regions: every one of a
+        step's ~900 small regions pays a wake-up. One int4 decode step took 1.6x as long on
+        the loop's thread as on the thread that had loaded it (docs/decisions/llm-one-torch-thread.md)."""
+        built: queue.Queue[EngineLoop | BaseException] = queue.Queue(maxsize=1)
+
+        def engine_thread() -> None:
+            try:
+                loop = cls(make_executor(), config, tokenizer, observer)
+            except BaseException as error:  # handed to the caller, which re-raises it
+                built.put(error)
+                return
+            loop._thread = threading.current_thread()
+            built.put(loop)
+            loop._run()
+
+        threading.Thread(target=engine_thread, name="llm-engine-loop", daemon=True).start()
+        result = built.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def submit(self, request: GenerationRequest, on_output: OutputCallback, is_cancelled: Callable[[], bool] | None = None) -> None:
         """Queue a request; raises QueueFullError at `max_waiting`, ValueError when it cannot fit."""

@@ -243,6 +243,49 @@ def test_the_thread_serves_requests_and_stop_ends_the_open_ones_with_an_error() 
         loop.submit(request("late", [1], max_tokens=1), recorder.callback)
 
 
+class ThreadRecordingExecutor(FakeExecutor):
+    """A FakeExecutor that notes the thread it was built on and each thread a step ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.built_on = threading.get_ident()
+        self.stepped_on: set[int] = set()
+
+    def execute(self, chunks):
+        self.stepped_on.add(threading.get_ident())
+        return super().execute(chunks)
+
+
+def test_launch_builds_the_executor_on_the_thread_that_runs_every_step() -> None:
+    built: list[ThreadRecordingExecutor] = []
+
+    def make_executor() -> ThreadRecordingExecutor:
+        built.append(ThreadRecordingExecutor())
+        return built[0]
+
+    recorder = Recorder()
+    loop = EngineLoop.launch(make_executor, SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32), FakeTokenizer(), recorder)
+    try:
+        recorder.expected = 2
+        for i in range(2):
+            loop.submit(request(f"l{i}", [i + 1, 7], max_tokens=5), recorder.callback)
+        assert recorder.done.wait(30)
+        assert recorder.tokens("l1") == reference_tokens([2, 7], 5)
+    finally:
+        loop.stop(timeout_s=30)
+    executor = built[0]
+    assert executor.built_on != threading.get_ident()
+    assert executor.stepped_on == {executor.built_on}
+
+
+def test_launch_raises_what_the_executor_build_raised() -> None:
+    def broken() -> FakeExecutor:
+        raise FileNotFoundError("no checkpoint in /nowhere")
+
+    with pytest.raises(FileNotFoundError, match="no checkpoint in /nowhere"):
+        EngineLoop.launch(broken, SchedulerConfig(), FakeTokenizer())
+
+
 def test_the_loop_reproduces_the_engines_greedy_tokens_for_concurrent_requests() -> None:
     """The real engine on a tiny random Llama: concurrent requests, chunked prefills and
     preemptions on a tight KV cache give each request the tokens of transformers' greedy

@@ -102,9 +102,8 @@ class EngineLoopTarget:
         if refusal is not None:  # as the model refuses to load it
             raise ValueError(refusal)
         tokenizer = LlmTokenizer.from_folder(folder)
-        loop = EngineLoop(LlamaExecutor.from_checkpoint(folder, engine_config), scheduler_config, tokenizer)
+        loop = EngineLoop.launch(lambda: LlamaExecutor.from_checkpoint(folder, engine_config), scheduler_config, tokenizer)
         self.settings = f"{self.config_path.relative_to(MODEL_REPOSITORY.parent)} ({scheduler_config}; {engine_config})"
-        loop.start()
         try:
             yield EngineLoopClient(loop, tokenizer)
         finally:

@@ -72,10 +72,9 @@ def cpu_name() -> str:
 
 def make_loop(config: SchedulerConfig, kv_cache_bytes: int) -> tuple[EngineLoop, LlmTokenizer, Collector]:
     tokenizer = LlmTokenizer.from_folder(CHECKPOINT)
-    executor = LlamaExecutor.from_checkpoint(CHECKPOINT, EngineConfig(kv_cache_bytes=kv_cache_bytes))
     collector = Collector()
-    loop = EngineLoop(executor, config, tokenizer, observer=collector)
-    loop.start()
+    engine_config = EngineConfig(kv_cache_bytes=kv_cache_bytes)
+    loop = EngineLoop.launch(lambda: LlamaExecutor.from_checkpoint(CHECKPOINT, engine_config), config, tokenizer, observer=collector)
     return loop, tokenizer, collector
 
 

@@ -79,14 +79,15 @@ class NativeServing:
             raise pb_utils.TritonModelException(f"llm: not loading: {refusal}")
         started = time.monotonic()
         self.tokenizer = LlmTokenizer.from_folder(folder)
-        executor = LlamaExecutor.from_checkpoint(folder, self.engine_config)
-        self.max_model_len = executor.max_model_len
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.metrics = LlmMetrics(pb_utils, labels) if hasattr(pb_utils, "MetricFamily") else None
-        self.loop = EngineLoop(executor, self.scheduler_config, self.tokenizer, observer=self.metrics)
+        engine_config = self.engine_config
+        self.loop = EngineLoop.launch(
+            lambda: LlamaExecutor.from_checkpoint(folder, engine_config), self.scheduler_config, self.tokenizer, observer=self.metrics
+        )
+        self.max_model_len = self.loop.executor.max_model_len
         if self.metrics is not None:
             self.metrics.watch(self.loop.snapshot)
-        self.loop.start()
         self._ids = itertools.count()
         pb_utils.Logger.log_info(
             f"llm: {folder} loaded in {time.monotonic() - started:.1f} s; {self.scheduler_config}; {self.engine_config}"
