@@ -9,8 +9,9 @@ request waited past its queue_timeout_ms, CANCELLED when the client went away).
 
 The native adapter below is thin: execute() submits each request to the one EngineLoop and
 returns at once; the engine thread runs the iteration-level scheduler and calls back with each
-step's output, which becomes zero or more responses (llm/serving/responses.py) sent from that
-thread. `response_sender.is_cancelled` is polled by the loop once per step, so a client that
+step's output, which becomes zero or more responses (llm/serving/responses.py) queued to one
+sending thread (llm/serving/send_queue.py), so the engine never waits on a send.
+`response_sender.is_cancelled` is polled by the loop once per step, so a client that
 disconnects frees its KV blocks within a step. Knobs come from the config's `parameters`
 (llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
 `make export`, whose manifest must record a passed parity gate for the format served (weights and
@@ -20,6 +21,7 @@ uses it).
 """
 
 import dataclasses
+import functools
 import itertools
 import json
 import time
@@ -38,6 +40,7 @@ from llm.serving.control import ControlRefused, control_request, parse_control
 from llm.serving.knobs import engine_of, parameters_from_json, parse_knobs
 from llm.serving.request import check_fits, parse_request
 from llm.serving.responses import ResponsePlan
+from llm.serving.send_queue import SendQueue
 from llm.serving.triton_io import TritonIO
 from llm.tokenizer import LlmTokenizer
 
@@ -79,6 +82,7 @@ class NativeServing:
             raise pb_utils.TritonModelException(f"llm: not loading: {refusal}")
         started = time.monotonic()
         self.tokenizer = LlmTokenizer.from_folder(folder)
+        self.sends = SendQueue()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.metrics = LlmMetrics(pb_utils, labels) if hasattr(pb_utils, "MetricFamily") else None
         engine_config = self.engine_config
@@ -126,7 +130,7 @@ class NativeServing:
 
         def on_output(output) -> None:
             for reply in plan.replies(output):
-                self.io.send_reply(sender, parsed, reply)
+                self.sends.put(functools.partial(self.io.send_reply, sender, parsed, reply))
 
         return on_output
 
@@ -136,6 +140,8 @@ class NativeServing:
         started = time.monotonic()
         pb_utils.Logger.log_info("llm: finalize: stopping the engine loop")
         self.loop.stop(timeout_s=10)
+        if not self.sends.close(timeout_s=10):
+            pb_utils.Logger.log_warn("llm: finalize: responses still being sent after 10 s")
         if self.metrics is not None:
             self.metrics.close()
         pb_utils.Logger.log_info(f"llm: finalized in {time.monotonic() - started:.1f} s")
