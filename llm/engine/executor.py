@@ -31,7 +31,10 @@ class LlamaExecutor:
         self.dtype = DTYPES[config.dtype]
         self.dims, self.config = dims, config
         self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
-        self.model = LlamaModel(dims, tensors, self.dtype, self.device, self.max_model_len, config.weights)
+        # the compiled decode graph cannot take oneDNN-prepacked weights (llm.engine.linear.DenseLinear)
+        self.model = LlamaModel(
+            dims, tensors, self.dtype, self.device, self.max_model_len, config.weights, prepack=not config.compile_decode
+        )
         self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
         self.block_size = config.block_size
         self.num_blocks = self.cache.num_blocks

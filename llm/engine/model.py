@@ -80,11 +80,12 @@ class LlamaModel:
         device: torch.device,
         max_len: int,
         weights: str = "dense",
+        prepack: bool = True,
     ) -> None:
         self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
 
         def weight(name: str) -> Linear:
-            return make_linear(tensors[name], weights, dtype, device)
+            return make_linear(tensors[name], weights, dtype, device, prepack)
 
         def norm(name: str) -> torch.Tensor:
             return tensors[name].to(device=device, dtype=torch.float32).contiguous()
@@ -94,7 +95,7 @@ class LlamaModel:
             head = self.embed if weights == "dense" else tensors["embed.weight"]
         else:
             head = tensors["lm_head.weight"]
-        self.lm_head = make_linear(head, weights, dtype, device)
+        self.lm_head = make_linear(head, weights, dtype, device, prepack)
         self.norm = norm("norm.weight")
         self.layers = [
             LayerWeights(

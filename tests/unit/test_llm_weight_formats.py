@@ -10,7 +10,7 @@ import torch
 
 from llm.artifacts import GATED_FORMATS, MANIFEST_FILE, gate_refusal, gated_format
 from llm.contract import ScheduledChunk
-from llm.engine.linear import Int4Linear, Int8Linear, make_linear, quantise_int4, quantise_int8
+from llm.engine.linear import DenseLinear, Int4Linear, Int8Linear, make_linear, prepacks, quantise_int4, quantise_int8
 from llm.engine.precision import cpu_flags, resolve_dtype
 
 CPU = torch.device("cpu")
@@ -47,6 +47,19 @@ def test_a_quantised_linear_equals_the_matmul_with_its_dequantised_weights(layer
     out = layer(weight, dtype, CPU)(x)
     assert out.shape == (5, shape[0]) and out.dtype == dtype
     torch.testing.assert_close(out.float(), x.float() @ matrix(weight).T, atol=0.02, rtol=0.02)
+
+
+@pytest.mark.skipif(not prepacks(torch.bfloat16, CPU), reason="this torch has no oneDNN")
+@pytest.mark.parametrize("rows", [1, 16, 33])
+def test_a_prepacked_bfloat16_weight_gives_the_plain_products_result(rows):
+    weight = random_weight(97, 64)
+    x = activations(rows, 64, torch.bfloat16)
+    packed = DenseLinear(weight, torch.bfloat16, CPU)
+    assert packed.packed is not None and packed.weight is None  # the plain copy is not kept
+    plain = DenseLinear(weight, torch.bfloat16, CPU, prepack=False)
+    assert plain.packed is None
+    torch.testing.assert_close(packed(x), plain(x), atol=1e-2, rtol=1e-2)
+    assert DenseLinear(weight, torch.float32, CPU).packed is None  # float32 keeps the plain product
 
 
 def test_quantisation_error_stays_within_half_a_step():
