@@ -15,6 +15,7 @@ index_copy_ per tensor.
 
 from __future__ import annotations
 
+import locale
 import logging
 import time
 from collections.abc import Sequence
@@ -33,6 +34,25 @@ logger = logging.getLogger(__name__)
 # sizes one symbol: warming up with one and with two sequences over three blocks covers every
 # later step, provided no step has fewer blocks than this (shorter contexts are padded to it).
 MIN_BLOCKS = 3
+
+
+UTF8_LOCALES = ("C.UTF-8", "C.utf8", "en_US.UTF-8")
+
+
+def use_utf8_files() -> None:
+    """Make files opened without an encoding read as UTF-8: inductor opens its code templates
+    so, and the Python backend's stub embeds an interpreter whose locale stays "C" (ASCII)
+    whatever LANG says, so compiling failed to load in Triton (UnicodeDecodeError in
+    torch/_inductor/utils.py load_template). Sets the process's LC_CTYPE when it is not UTF-8."""
+    if locale.getpreferredencoding(False).lower().replace("-", "") == "utf8":
+        return
+    for name in UTF8_LOCALES:
+        try:
+            locale.setlocale(locale.LC_CTYPE, name)
+            return
+        except locale.Error:
+            continue
+    logger.warning("no UTF-8 locale (%s) could be set: torch.compile may fail to read its templates", ", ".join(UTF8_LOCALES))
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,7 @@ class CompiledDecode:
 
     def __init__(self, model: LlamaModel, cache: PagedKVCache) -> None:
         self.model, self.cache = model, cache
+        use_utf8_files()
         self._graph = torch.compile(self._forward, dynamic=True, fullgraph=True)
 
     def _forward(

@@ -54,3 +54,19 @@ def test_compiled_decode_refuses_a_block_table_too_short(executors):
     _, compiled = executors
     with pytest.raises(ValueError, match="sequence 7: 1 blocks cannot hold"):
         compiled.execute([ScheduledChunk(7, [5], 8, [3], True)])
+
+
+def test_files_read_as_utf8_after_use_utf8_files_even_from_the_c_locale() -> None:
+    """The Python backend's stub runs in the "C" locale, where inductor's templates failed to load."""
+    import locale
+
+    from llm.engine.compiled_decode import use_utf8_files
+
+    saved = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert locale.getpreferredencoding(False).lower().replace("-", "") != "utf8"  # the stub's situation
+        use_utf8_files()
+        assert locale.getpreferredencoding(False).lower().replace("-", "") == "utf8"
+    finally:
+        locale.setlocale(locale.LC_CTYPE, saved)
