@@ -82,7 +82,6 @@ class NativeServing:
             raise pb_utils.TritonModelException(f"llm: not loading: {refusal}")
         started = time.monotonic()
         self.tokenizer = LlmTokenizer.from_folder(folder)
-        self.sends = SendQueue()
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.metrics = LlmMetrics(pb_utils, labels) if hasattr(pb_utils, "MetricFamily") else None
         engine_config = self.engine_config
@@ -90,6 +89,7 @@ class NativeServing:
             lambda: LlamaExecutor.from_checkpoint(folder, engine_config), self.scheduler_config, self.tokenizer, observer=self.metrics
         )
         self.max_model_len = self.loop.executor.max_model_len
+        self.sends = SendQueue()  # after the load: a failed one leaves no thread behind
         if self.metrics is not None:
             self.metrics.watch(self.loop.snapshot)
         self._ids = itertools.count()
