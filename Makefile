@@ -19,7 +19,7 @@ SERVE_ARGS ?=
 EXPORT_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv export serve test lint format clean
+.PHONY: help venv kernels export serve test lint format clean
 
 # `make help` is generated from the `## ` comment after each target (here and in mk/*.mk),
 # so a new target shows up by giving it one; tests/unit/test_make_help.py checks every
@@ -60,7 +60,10 @@ $(VLLM_STAMP): requirements-vllm.txt
 
 vllm-venv: $(VLLM_STAMP) ## create .venv-vllm with vLLM's CPU engine (requirements-vllm.txt; the export and LLM_ENGINE=vllm need it)
 
-export: $(STAMP) $(VLLM_STAMP) ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
+kernels: $(STAMP) ## compile our C++ CPU kernels into build/kernels (~10 s; the engine builds them at load when missing)
+	$(PY) -m llm.engine.kernels
+
+export: $(STAMP) $(VLLM_STAMP) kernels ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
 	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
 serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, LLM_ENGINE=native|vllm, SERVE_ARGS=...)

@@ -139,6 +139,7 @@ class EngineConfig:
     device: str = "cpu"  # cpu | cuda
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (bfloat16 where the hardware has a fast bf16 path: llm.engine.precision)
     weights: str = "dense"  # dense (in dtype) | int8 (per output channel) | int4 (per 32 inputs): weight-only, CPU (llm.engine.linear)
+    attention: str = "auto"  # decode attention: paged (our C++ kernel, in place) | padded (gathered SDPA) | auto (llm.engine.attention)
     compile_decode: bool = False  # decode-only steps as one torch.compile'd graph (llm.engine.compiled_decode); compiles at load
     block_size: int = 16  # tokens per KV block
     kv_cache_bytes: int = 256 * 2**20  # KV memory budget, preallocated as blocks

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from llm.contract import EngineConfig, ScheduledChunk
+from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
@@ -19,7 +20,7 @@ from llm.engine.step_plan import build_plan, check_chunk
 
 class LlamaExecutor:
     """Runs a step's chunks through the model; the scheduler owns which blocks are whose.
-    `config` is the settings with `dtype: auto` resolved: what the engine runs and reports."""
+    `config` is the settings with `dtype` and `attention` resolved: what the engine runs and reports."""
 
     def __init__(self, dims: LlamaDims, tensors: Mapping[str, torch.Tensor], config: EngineConfig) -> None:
         config = dataclasses.replace(config, dtype=resolve_dtype(config.dtype, config.device))
@@ -29,11 +30,20 @@ class LlamaExecutor:
             torch.set_num_threads(config.num_threads)
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
+        attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype)
+        config = dataclasses.replace(config, attention=attention)
         self.dims, self.config = dims, config
         self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
         # the compiled decode graph cannot take oneDNN-prepacked weights (llm.engine.linear.DenseLinear)
         self.model = LlamaModel(
-            dims, tensors, self.dtype, self.device, self.max_model_len, config.weights, prepack=not config.compile_decode
+            dims,
+            tensors,
+            self.dtype,
+            self.device,
+            self.max_model_len,
+            config.weights,
+            prepack=not config.compile_decode,
+            paged_attention=paged_kernel,
         )
         self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
         self.block_size = config.block_size
@@ -64,7 +74,9 @@ class LlamaExecutor:
             self.last_kv_tokens_attended = inputs.kv_tokens_attended
             with torch.inference_mode():
                 return self.compiled_decode(inputs)
-        plan = build_plan(chunks, self.block_size, self.num_blocks, self.max_model_len, self.device)
+        plan = build_plan(
+            chunks, self.block_size, self.num_blocks, self.max_model_len, self.device, paged=self.model.paged_attention is not None
+        )
         self.last_kv_tokens_attended = plan.kv_tokens_attended
         with torch.inference_mode():
             return self.model.forward(plan, self.cache)

@@ -2,7 +2,8 @@
 
 Dense layers (norms, QKV, output projection, SwiGLU, head) see every token of every chunk at
 once; attention runs per sequence against its own paged KV: all single-token chunks in one
-padded SDPA call per layer, each multi-token chunk in its own causal call. The residual
+call per layer (the paged kernel in place, or padded SDPA per group of similar lengths:
+llm.engine.attention), each multi-token chunk in its own causal SDPA call. The residual
 stream and the norms stay float32 whatever the weights' dtype (bf16 loses less that way).
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from llm.engine.attention import PagedDecodeAttention
 from llm.engine.checkpoint import LlamaDims, layer_key
 from llm.engine.kv_cache import PagedKVCache
 from llm.engine.linear import Linear, make_linear
@@ -81,8 +83,10 @@ class LlamaModel:
         max_len: int,
         weights: str = "dense",
         prepack: bool = True,
+        paged_attention: PagedDecodeAttention | None = None,
     ) -> None:
         self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
+        self.paged_attention = paged_attention  # None: padded SDPA per decode group
 
         def weight(name: str) -> Linear:
             return make_linear(tensors[name], weights, dtype, device, prepack)
@@ -124,7 +128,8 @@ class LlamaModel:
         qk_heads = heads + kv_heads
         cos, sin = self.cos[plan.positions][:, None, :], self.sin[plan.positions][:, None, :]
         x = self.embed[plan.token_ids].float()
-        group_bias = [additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
+        group_bias = [None if group.mask is None else additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
+        paged, scale = self.paged_attention, head_dim**-0.5
         span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(self._rms_norm(x, layer.attn_norm))
@@ -142,6 +147,10 @@ class LlamaModel:
                 # One query per sequence: its `group` query heads that share a KV head act as
                 # `group` query rows of that head, so GQA needs no key expansion.
                 n = decodes.hi - decodes.lo
+                if paged is not None:  # in place from the cache: no gather, no padding
+                    tables = decodes.blocks.view(n, -1)
+                    paged(q[decodes.lo : decodes.hi], k_blocks, v_blocks, tables, decodes.lengths, scale, attn[decodes.lo : decodes.hi])
+                    continue
                 keys = self._keys.gather(k_blocks, decodes.blocks).view(n, -1, kv_heads, head_dim).transpose(1, 2)
                 values = self._values.gather(v_blocks, decodes.blocks).view(n, -1, kv_heads, head_dim).transpose(1, 2)
                 queries = q[decodes.lo : decodes.hi].reshape(n, kv_heads, group, head_dim)

@@ -1,6 +1,6 @@
 """Step times of the engine alone: pure decode at several batch sizes and one prefill.
 
-`python -m llm.engine.step_bench [--checkpoint model_repository/llm/1] [--dtype auto] [--weights int4]`
+`python -m llm.engine.step_bench [--checkpoint model_repository/llm/1] [--dtype auto] [--weights int4] [--attention padded]`
 prints milliseconds per step and the output tokens/s a decode step implies; the serving
 loop adds the scheduler and sampling on top, so this is the engine's ceiling. `--profile N`
 adds torch.profiler's table of the N operators that took the most time at each batch size.
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from llm.contract import EngineConfig, ScheduledChunk
+from llm.engine.attention import ATTENTION_CHOICES
 from llm.engine.executor import LlamaExecutor
 from llm.engine.linear import WEIGHT_FORMATS
 
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16 or auto (default: %(default)s)")
     parser.add_argument("--weights", default="dense", choices=WEIGHT_FORMATS, help="weight format (default: %(default)s)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attention", default="auto", choices=ATTENTION_CHOICES, help="decode attention (default: %(default)s)")
     parser.add_argument("--compile-decode", action="store_true", help="decode steps as one compiled graph (the compile_decode knob)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--context", type=int, default=256)
@@ -64,11 +66,15 @@ def main(argv: list[str] | None = None) -> None:
         num_threads=args.threads,
         weights=args.weights,
         compile_decode=args.compile_decode,
+        attention=args.attention,
     )
     executor = LlamaExecutor.from_checkpoint(args.checkpoint, config)
     compiled = f", decode compiled in {executor.compile_seconds:.0f} s" if args.compile_decode else ""
     threads = torch.get_num_threads()
-    print(f"weights {args.weights}, {executor.config.dtype} on {args.device}, {threads} threads, context {args.context}{compiled}")
+    print(
+        f"weights {args.weights}, {executor.config.dtype} on {args.device}, {executor.config.attention} attention, "
+        f"{threads} threads, context {args.context}{compiled}"
+    )
     prefill = [ScheduledChunk(0, list(range(100, 100 + args.prefill)), 0, tuple(range(-(-args.prefill // block_size))), True)]
     seconds = time_steps(executor, prefill, args.repeats)
     print(f"prefill {args.prefill} tokens: {seconds * 1e3:.1f} ms ({args.prefill / seconds:.0f} prompt tokens/s)")

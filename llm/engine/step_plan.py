@@ -2,7 +2,8 @@
 
 The flat batch puts single-token chunks (decodes) first, sorted by context length and cut
 into groups (`decode_groups`), so the forward runs each group's attention in one padded call
-without padding a 40-token context to the 1,000 tokens of its longest neighbour; longer
+without padding a 40-token context to the 1,000 tokens of its longest neighbour (with the
+paged kernel, which pads nothing, all decodes form one group); longer
 chunks (prefills) follow, each with its own causal attention. Everything is built on the host
 and moved to the device in one go per tensor, so the forward itself never syncs.
 """
@@ -31,12 +32,13 @@ class PrefillSpan:
 
 @dataclass(frozen=True)
 class DecodeGroup:
-    """Decode rows [lo, hi) whose attention runs in one padded call."""
+    """Decode rows [lo, hi) whose attention runs in one call (padded SDPA or the paged kernel)."""
 
     lo: int
     hi: int
     blocks: torch.Tensor  # [(hi - lo) * width] block tables padded with block 0, flat (one index_select per layer)
-    mask: torch.Tensor  # [hi - lo, 1, 1, width * block_size] bool: key position < context length
+    lengths: torch.Tensor  # [hi - lo] int64 context lengths (the paged kernel reads only these keys)
+    mask: torch.Tensor | None  # [hi - lo, 1, 1, width * block_size] bool: key position < context length (None: paged)
 
 
 GROUP_CALL_COST_TOKENS = 256  # a group's fixed cost (two gathers, one attention call per layer) in padded key tokens
@@ -93,7 +95,11 @@ def check_chunk(chunk: ScheduledChunk, block_size: int, num_blocks: int, max_mod
         raise ValueError(f"sequence {chunk.seq_id}: block table {list(chunk.block_table[:needed])} outside [0, {num_blocks})")
 
 
-def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: int, max_model_len: int, device: torch.device) -> StepPlan:
+def build_plan(
+    chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: int, max_model_len: int, device: torch.device, paged: bool = False
+) -> StepPlan:
+    """`paged`: all decodes in one group without a mask, for the paged kernel (llm.engine.attention),
+    which reads only each sequence's own keys; else groups of similar length for padded SDPA."""
     if not chunks:
         raise ValueError("a step needs at least one chunk")
     for chunk in chunks:
@@ -117,13 +123,16 @@ def build_plan(chunks: Sequence[ScheduledChunk], block_size: int, num_blocks: in
     lengths = [chunks[i].start_position + 1 for i in decodes]
     widths = [-(-length // block_size) for length in lengths]
     decode_groups = []
-    for lo, hi in group_by_length(widths, block_size, GROUP_CALL_COST_TOKENS):
-        width = widths[hi - 1]
+    cuts = ([(0, len(decodes))] if decodes else []) if paged else group_by_length(widths, block_size, GROUP_CALL_COST_TOKENS)
+    for lo, hi in cuts:
+        width = max(widths[lo:hi])
         table = [list(chunks[i].block_table[:width]) + [0] * (width - len(chunks[i].block_table[:width])) for i in decodes[lo:hi]]
-        keys = torch.arange(width * block_size)
-        mask = (keys[None, :] < torch.tensor(lengths[lo:hi])[:, None])[:, None, None, :]
+        group_lengths = torch.tensor(lengths[lo:hi], dtype=torch.long)
+        mask = None
+        if not paged:
+            mask = ((torch.arange(width * block_size)[None, :] < group_lengths[:, None])[:, None, None, :]).to(device, non_blocking=True)
         blocks = torch.tensor(table, dtype=torch.long).view(-1)
-        decode_groups.append(DecodeGroup(lo, hi, blocks.to(device, non_blocking=True), mask.to(device, non_blocking=True)))
+        decode_groups.append(DecodeGroup(lo, hi, blocks.to(device, non_blocking=True), group_lengths.to(device, non_blocking=True), mask))
 
     spans: list[PrefillSpan] = []
     for i in longer:

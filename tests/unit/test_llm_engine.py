@@ -23,8 +23,8 @@ def hf_model():
     return tiny_hf_llama()
 
 
-def make_executor(hf_model, dtype: str = "float32", num_blocks: int = 64) -> LlamaExecutor:
-    return tiny_executor(hf_model, num_blocks, BLOCK, dtype)
+def make_executor(hf_model, dtype: str = "float32", num_blocks: int = 64, attention: str = "auto") -> LlamaExecutor:
+    return tiny_executor(hf_model, num_blocks, BLOCK, dtype, attention=attention)
 
 
 def hf_logits(hf_model, tokens: list[int]) -> torch.Tensor:
@@ -59,10 +59,12 @@ def test_prefill_in_chunks_over_scattered_blocks_matches_one_chunk(hf_model):
     torch.testing.assert_close(logits[0], expected[-1], atol=ATOL, rtol=0)
 
 
-def test_mixed_step_of_decodes_and_prefills_matches_each_sequence_alone(hf_model):
+@pytest.mark.parametrize("attention", ["paged", "padded"])
+def test_mixed_step_of_decodes_and_prefills_matches_each_sequence_alone(hf_model, attention):
     """Three sequences of different lengths decode in one execute() while a fourth prefills
-    its first chunk and a fifth its middle chunk (not sampled)."""
-    executor = make_executor(hf_model)
+    its first chunk and a fifth its middle chunk (not sampled), with either decode attention."""
+    executor = make_executor(hf_model, attention=attention)
+    assert executor.config.attention == attention
     tables = {0: [1, 2, 3, 4, 5], 1: [30, 10, 20], 2: [6, 60, 7, 61, 8, 62, 9], 3: [11, 12, 13, 14], 4: [50, 51, 52, 53, 54]}
     lengths = {0: 9, 1: 2, 2: 21}
     histories = {seq: prompt(10 + seq, n) for seq, n in lengths.items()}
@@ -88,10 +90,12 @@ def test_mixed_step_of_decodes_and_prefills_matches_each_sequence_alone(hf_model
     torch.testing.assert_close(logits[0], hf_logits(hf_model, long_prompt)[-1], atol=ATOL, rtol=0)
 
 
-def test_bfloat16_keeps_the_greedy_token(hf_model):
-    executor = make_executor(hf_model, dtype="bfloat16")
+@pytest.mark.parametrize("attention", ["paged", "padded"])
+def test_bfloat16_keeps_the_greedy_token(hf_model, attention):
+    executor = make_executor(hf_model, dtype="bfloat16", attention=attention)
     tokens = prompt(3, 11)
-    logits = executor.execute([ScheduledChunk(0, tokens, 0, [0, 1, 2], True)])
+    logits = executor.execute([ScheduledChunk(0, tokens[:-1], 0, [0, 1, 2], False)])
+    logits = executor.execute([ScheduledChunk(0, tokens[-1:], len(tokens) - 1, [0, 1, 2], True)])  # a decode step
     assert logits.dtype == torch.float32
     torch.testing.assert_close(logits[0], hf_logits(hf_model, tokens)[-1], atol=0.1, rtol=0)
 
@@ -134,7 +138,7 @@ def test_decodes_of_very_different_lengths_run_in_length_groups_and_match_each_s
     from llm.engine import step_plan
 
     monkeypatch.setattr(step_plan, "GROUP_CALL_COST_TOKENS", 16)
-    executor = make_executor(hf_model, num_blocks=80)
+    executor = make_executor(hf_model, num_blocks=80, attention="padded")
     lengths = {0: 100, 1: 3, 2: 90, 3: 5}
     tables, histories, next_block = {}, {}, 1
     for seq, n in lengths.items():

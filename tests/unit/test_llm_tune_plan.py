@@ -103,10 +103,11 @@ def test_live_runs_pin_the_engine_threads_and_dtype_the_cost_model_was_measured_
     from tools.simulate.llm.live import engine_parameters
 
     assert engine_parameters({"threads": 1, "dtype": "float32"}) == {"num_threads": "1", "dtype": "float32"}
-    assert engine_parameters({"threads": 2, "dtype": "bfloat16", "weights": "int4"}) == {
+    assert engine_parameters({"threads": 2, "dtype": "bfloat16", "weights": "int4", "attention": "paged"}) == {
         "num_threads": "2",
         "dtype": "bfloat16",
         "weights": "int4",
+        "attention": "paged",
     }
     assert engine_parameters({}) == {}
 

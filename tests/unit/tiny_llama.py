@@ -42,7 +42,13 @@ def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate
 
 
 def tiny_executor(
-    hf_model, num_blocks: int, block_size: int = 4, dtype: str = "float32", weights: str = "dense", compile_decode: bool = False
+    hf_model,
+    num_blocks: int,
+    block_size: int = 4,
+    dtype: str = "float32",
+    weights: str = "dense",
+    compile_decode: bool = False,
+    attention: str = "auto",
 ) -> LlamaExecutor:
     """Our engine over the same weights, with exactly `num_blocks` KV blocks."""
     dims = LlamaDims.from_hf_config(hf_model.config)
@@ -54,5 +60,6 @@ def tiny_executor(
         kv_cache_bytes=num_blocks * block_bytes,
         max_model_len=128,
         compile_decode=compile_decode,
+        attention=attention,
     )
     return LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), config)

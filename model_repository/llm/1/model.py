@@ -89,6 +89,7 @@ class NativeServing:
             lambda: LlamaExecutor.from_checkpoint(folder, engine_config), self.scheduler_config, self.tokenizer, observer=self.metrics
         )
         self.max_model_len = self.loop.executor.max_model_len
+        self.engine_config = self.loop.executor.config  # with `attention: auto` resolved too, for the log below
         self.sends = SendQueue()  # after the load: a failed one leaves no thread behind
         if self.metrics is not None:
             self.metrics.watch(self.loop.snapshot)

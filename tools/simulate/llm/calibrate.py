@@ -152,6 +152,7 @@ def _measure(checkpoint: Path, design: Design, dtype: str, threads: int, weights
         "checkpoint": str(checkpoint),
         "dtype": dtype,
         "weights": weights,
+        "attention": executor.config.attention,  # auto resolved: the paged kernel or padded SDPA
         "threads": torch.get_num_threads(),
         "block_size": BLOCK_SIZE,
         "statistic": design.statistic,

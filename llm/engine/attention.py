@@ -1,0 +1,75 @@
+"""The `attention` knob: how decode rows attend to their paged KV.
+
+`paged`: our C++ kernel (llm/engine/kernels/paged_attention.cpp), one call per layer for every
+decoding sequence, reading keys and values in place through the block tables. `padded`: torch's
+SDPA over the keys gathered into a padded copy, one call per group of similar lengths (the
+portable path: any device, no compiler). `auto` is `paged` on a CPU that has the kernel's
+instructions and a compiler to build it, else `padded` with a warning saying why.
+
+On a 16-stream decode step (contexts 80-640 tokens, SmolLM2's 9 query / 3 KV heads) the kernel
+takes 0.4-0.7 ms per layer against 2-4 ms for one padded gather + SDPA call. Each sequence is
+computed alone and in one order, so its attention does not depend on what shares the step.
+Prefill chunks keep SDPA (the causal product over a chunk is a matrix product, where torch's
+blocked kernel wins).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+import torch
+
+from llm.engine.kernels.build import REQUIRED_CPU_FLAGS, KernelBuildError, build
+from llm.engine.precision import cpu_flags
+
+logger = logging.getLogger(__name__)
+
+ATTENTION_CHOICES = ("auto", "paged", "padded")
+PAGED_DTYPES = frozenset({torch.float32, torch.bfloat16})
+
+# query [n, heads, D], key/value cache [blocks, block_size, kv_heads, D], tables [n, width],
+# context lengths [n], scale, out [n, heads, D] (written)
+PagedDecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, torch.Tensor], None]
+
+
+class AttentionUnavailable(RuntimeError):
+    """`attention: paged` was asked for where the kernel cannot run; the message says why."""
+
+
+@functools.cache
+def _load_kernel() -> PagedDecodeAttention:
+    torch.ops.load_library(str(build("paged_attention")))
+    return torch.ops.llm_kernels.paged_decode_attention
+
+
+def paged_kernel(device: torch.device, dtype: torch.dtype) -> PagedDecodeAttention:
+    """The kernel, built if needed and loaded; AttentionUnavailable naming what is missing."""
+    if device.type != "cpu":
+        raise AttentionUnavailable(f"the paged attention kernel runs on the CPU, not {device}")
+    if dtype not in PAGED_DTYPES:
+        raise AttentionUnavailable(f"the paged attention kernel supports float32 and bfloat16, not {dtype}")
+    missing = REQUIRED_CPU_FLAGS - cpu_flags()
+    if missing:
+        raise AttentionUnavailable(f"the paged attention kernel needs the CPU features {sorted(missing)}")
+    try:
+        return _load_kernel()
+    except (KernelBuildError, OSError, RuntimeError) as error:
+        raise AttentionUnavailable(f"the paged attention kernel could not be built or loaded: {error}") from error
+
+
+def resolve_attention(choice: str, device: torch.device, dtype: torch.dtype) -> tuple[str, PagedDecodeAttention | None]:
+    """(`paged` or `padded`, the kernel or None) for the knob's value; `auto` falls back to
+    `padded` with a warning, an explicit `paged` that cannot run raises AttentionUnavailable."""
+    if choice not in ATTENTION_CHOICES:
+        raise ValueError(f"attention {choice!r} is not one of {list(ATTENTION_CHOICES)}")
+    if choice == "padded":
+        return "padded", None
+    try:
+        return "paged", paged_kernel(device, dtype)
+    except AttentionUnavailable as error:
+        if choice == "paged":
+            raise
+        logger.warning("attention: auto falls back to padded SDPA: %s", error)
+        return "padded", None

@@ -1,0 +1,148 @@
+"""The paged decode-attention kernel (llm/engine/kernels/paged_attention.cpp) against torch's
+SDPA over the same keys gathered by hand, its batch invariance, its refusals, and how the
+`attention` knob resolves. The kernel is compiled here on first use (~10 s, then cached)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llm.engine import attention
+from llm.engine.attention import AttentionUnavailable, paged_kernel, resolve_attention
+from llm.engine.kernels import build
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16  # SmolLM2-135M's attention shape
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    try:
+        return paged_kernel(torch.device("cpu"), torch.float32)
+    except AttentionUnavailable as error:  # a machine without AVX2 or g++: the padded path is tested elsewhere
+        pytest.skip(str(error))
+
+
+def paged_case(lengths: list[int], dtype: torch.dtype, seed: int = 0, num_blocks: int = 200):
+    """Random caches, block tables scattered over them, one query row per sequence."""
+    generator = torch.Generator().manual_seed(seed)
+    key_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
+    value_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
+    width = max(-(-n // BLOCK) for n in lengths)
+    order = torch.randperm(num_blocks, generator=generator)
+    tables = torch.zeros(len(lengths), width, dtype=torch.long)
+    used = 0
+    for row, n in enumerate(lengths):
+        blocks = -(-n // BLOCK)
+        tables[row, :blocks] = order[used : used + blocks]
+        used += blocks
+    query = torch.randn(len(lengths), HEADS, HEAD_DIM, generator=generator).to(dtype)
+    return query, key_cache, value_cache, tables, torch.tensor(lengths, dtype=torch.long)
+
+
+def reference(query, key_cache, value_cache, tables, lengths) -> torch.Tensor:
+    """float32 SDPA, one sequence at a time over its own keys."""
+    out = []
+    for row, n in enumerate(lengths.tolist()):
+        keys = key_cache[tables[row]].reshape(-1, KV_HEADS, HEAD_DIM)[:n].float().transpose(0, 1)
+        values = value_cache[tables[row]].reshape(-1, KV_HEADS, HEAD_DIM)[:n].float().transpose(0, 1)
+        q = query[row].float().view(KV_HEADS, HEADS // KV_HEADS, HEAD_DIM)
+        out.append(F.scaled_dot_product_attention(q, keys, values).reshape(HEADS, HEAD_DIM))
+    return torch.stack(out)
+
+
+def run(kernel, query, key_cache, value_cache, tables, lengths) -> torch.Tensor:
+    out = torch.empty(query.shape, dtype=key_cache.dtype)
+    kernel(query, key_cache, value_cache, tables, lengths, HEAD_DIM**-0.5, out)
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_the_kernel_equals_sdpa_over_each_sequences_own_keys(kernel, dtype, tolerance):
+    lengths = [1, 15, 16, 17, 200, 333]  # one key, a block's edge either side, several blocks
+    case = paged_case(lengths, dtype)
+    out = run(kernel, *case)
+    torch.testing.assert_close(out.float(), reference(*case), atol=tolerance, rtol=0)
+
+
+def test_a_query_row_wider_than_its_heads_is_read_in_place(kernel):
+    """The forward hands the kernel q as a view of the fused rotary output (query and key heads
+    side by side), not a contiguous copy."""
+    query, key_cache, value_cache, tables, lengths = paged_case([40, 70], torch.float32)
+    fused = torch.cat([query, torch.randn(2, KV_HEADS, HEAD_DIM)], dim=1)
+    view = fused[:, :HEADS]
+    assert not view.is_contiguous()
+    torch.testing.assert_close(
+        run(kernel, view, key_cache, value_cache, tables, lengths),
+        run(kernel, query, key_cache, value_cache, tables, lengths),
+        atol=0,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sequence_gets_the_same_bits_alone_and_beside_others(kernel, dtype):
+    query, key_cache, value_cache, tables, lengths = paged_case([50, 300, 7, 120], dtype)
+    together = run(kernel, query, key_cache, value_cache, tables, lengths)
+    for row in range(len(lengths)):
+        alone = run(kernel, query[row : row + 1], key_cache, value_cache, tables[row : row + 1], lengths[row : row + 1])
+        assert torch.equal(alone[0], together[row]), f"sequence {row} changed beside the others"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda case: (*case[:4], torch.tensor([0, 20])), "context length 0"),
+        (lambda case: (*case[:4], torch.tensor([5, 10000])), "context length 10000"),
+        (lambda case: (case[0].double(), *case[1:]), "one dtype"),
+        (lambda case: (*case[:3], case[3].int(), *case[4:]), "int64"),
+        (lambda case: (case[0][:1], *case[1:]), "one block table row"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_reason(kernel, change, problem):
+    case = change(paged_case([5, 20], torch.float32))
+    with pytest.raises(RuntimeError, match=problem):
+        kernel(*case[:5], HEAD_DIM**-0.5, torch.empty(case[0].shape, dtype=case[1].dtype))
+
+
+def test_the_knob_resolves_to_what_can_run(kernel, caplog):
+    cpu = torch.device("cpu")
+    assert resolve_attention("padded", cpu, torch.float32) == ("padded", None)
+    assert resolve_attention("paged", cpu, torch.bfloat16) == ("paged", kernel)
+    assert resolve_attention("auto", cpu, torch.float32) == ("paged", kernel)
+    with caplog.at_level(logging.WARNING, logger=attention.__name__):
+        assert resolve_attention("auto", cpu, torch.float16) == ("padded", None)
+    assert "float16" in caplog.text
+    with pytest.raises(AttentionUnavailable, match="CPU"):
+        resolve_attention("paged", torch.device("cuda"), torch.bfloat16)
+    with pytest.raises(ValueError, match="'flash'"):
+        resolve_attention("flash", cpu, torch.float32)
+
+
+def test_a_failing_compiler_is_reported_with_its_output(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "BUILD_DIR", tmp_path)
+    monkeypatch.setenv("CXX", "false")
+    with pytest.raises(build.KernelBuildError, match="compiling paged_attention failed"):
+        build.build("paged_attention")
+    assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+
+
+def test_a_library_is_keyed_by_its_source_and_rebuilt_when_that_changes(monkeypatch, tmp_path):
+    """A changed kernel source must never load the old library (a stale .so would be silently wrong)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "paged_attention.cpp").write_text("// one version\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", source)
+    monkeypatch.setattr(build, "BUILD_DIR", tmp_path / "out")
+    first = build.library_path("paged_attention")
+    (source / "paged_attention.cpp").write_text("// another version\n")
+    assert build.library_path("paged_attention") != first
+
+
+def test_loading_the_kernel_keeps_denormal_floats(kernel):
+    """Built with -ffast-math and linked with it, a library flushes denormals to zero for the
+    whole process (gcc's crtfastmath.o); the build keeps that flag to compiling."""
+    smallest = torch.tensor(1e-45, dtype=torch.float32)
+    assert smallest.item() > 0 and (smallest * 1.0).item() > 0
