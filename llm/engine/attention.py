@@ -15,14 +15,12 @@ blocked kernel wins).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 
 import torch
 
-from llm.engine.kernels.build import REQUIRED_CPU_FLAGS, KernelBuildError, build
-from llm.engine.precision import cpu_flags
+from llm.engine.kernels.load import KernelUnavailable, load_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -34,41 +32,24 @@ PAGED_DTYPES = frozenset({torch.float32, torch.bfloat16})
 PagedDecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, torch.Tensor], None]
 
 
-class AttentionUnavailable(RuntimeError):
-    """`attention: paged` was asked for where the kernel cannot run; the message says why."""
-
-
-@functools.cache
-def _load_kernel() -> PagedDecodeAttention:
-    torch.ops.load_library(str(build("paged_attention")))
-    return torch.ops.llm_kernels.paged_decode_attention
-
-
 def paged_kernel(device: torch.device, dtype: torch.dtype) -> PagedDecodeAttention:
-    """The kernel, built if needed and loaded; AttentionUnavailable naming what is missing."""
-    if device.type != "cpu":
-        raise AttentionUnavailable(f"the paged attention kernel runs on the CPU, not {device}")
+    """The kernel, built if needed and loaded; KernelUnavailable naming what is missing."""
     if dtype not in PAGED_DTYPES:
-        raise AttentionUnavailable(f"the paged attention kernel supports float32 and bfloat16, not {dtype}")
-    missing = REQUIRED_CPU_FLAGS - cpu_flags()
-    if missing:
-        raise AttentionUnavailable(f"the paged attention kernel needs the CPU features {sorted(missing)}")
-    try:
-        return _load_kernel()
-    except (KernelBuildError, OSError, RuntimeError) as error:
-        raise AttentionUnavailable(f"the paged attention kernel could not be built or loaded: {error}") from error
+        raise KernelUnavailable(f"the paged attention kernel supports float32 and bfloat16, not {dtype}")
+    load_kernels("paged_attention", device)
+    return torch.ops.llm_kernels.paged_decode_attention
 
 
 def resolve_attention(choice: str, device: torch.device, dtype: torch.dtype) -> tuple[str, PagedDecodeAttention | None]:
     """(`paged` or `padded`, the kernel or None) for the knob's value; `auto` falls back to
-    `padded` with a warning, an explicit `paged` that cannot run raises AttentionUnavailable."""
+    `padded` with a warning, an explicit `paged` that cannot run raises KernelUnavailable."""
     if choice not in ATTENTION_CHOICES:
         raise ValueError(f"attention {choice!r} is not one of {list(ATTENTION_CHOICES)}")
     if choice == "padded":
         return "padded", None
     try:
         return "paged", paged_kernel(device, dtype)
-    except AttentionUnavailable as error:
+    except KernelUnavailable as error:
         if choice == "paged":
             raise
         logger.warning("attention: auto falls back to padded SDPA: %s", error)

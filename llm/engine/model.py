@@ -19,6 +19,7 @@ from llm.engine.attention import PagedDecodeAttention
 from llm.engine.checkpoint import LlamaDims, layer_key
 from llm.engine.kv_cache import PagedKVCache
 from llm.engine.linear import Linear, make_linear
+from llm.engine.row_ops import RowOps, row_ops_for
 from llm.engine.step_plan import StepPlan
 
 
@@ -84,9 +85,11 @@ class LlamaModel:
         weights: str = "dense",
         prepack: bool = True,
         paged_attention: PagedDecodeAttention | None = None,
+        fused_rows: bool = True,
     ) -> None:
         self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
         self.paged_attention = paged_attention  # None: padded SDPA per decode group
+        self.rows: RowOps = row_ops_for(device, dtype, dims.rms_norm_eps, fused_rows)  # norms and SwiGLU
 
         def weight(name: str) -> Linear:
             return make_linear(tensors[name], weights, dtype, device, prepack)
@@ -116,9 +119,6 @@ class LlamaModel:
         self.cos, self.sin = cos.to(dtype), sin.to(dtype)
         self._keys, self._values = GatherBuffer(), GatherBuffer()  # one engine thread runs forward()
 
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), weight, self.dims.rms_norm_eps).to(self.dtype)
-
     def forward(self, plan: StepPlan, cache: PagedKVCache) -> torch.Tensor:
         """Next-token logits [sample rows, vocabulary] (float32)."""
         dims = self.dims
@@ -131,8 +131,10 @@ class LlamaModel:
         group_bias = [None if group.mask is None else additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
         paged, scale = self.paged_attention, head_dim**-0.5
         span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
+        rows_ops, last_layer = self.rows, len(self.layers) - 1
+        h = rows_ops.norm(x, self.layers[0].attn_norm)
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._rms_norm(x, layer.attn_norm))
+            qkv = layer.qkv(h)
             qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
             qk = (qk * cos).addcmul_(qk.roll(half, dims=-1), sin)  # roll by half: the halves swapped
             q, k = qk[:, :heads], qk[:, heads:]
@@ -167,9 +169,11 @@ class LlamaModel:
                     values = self._values.gather(v_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
                     out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, enable_gqa=True)
                 attn[span.lo : span.hi] = out[0].transpose(0, 1)
-            x += layer.o(attn.view(rows, heads * head_dim))  # in place: the float32 residual takes the product's dtype in
-
-            gate, up = layer.gate_up(self._rms_norm(x, layer.mlp_norm)).chunk(2, dim=-1)
-            x += layer.down(F.silu(gate).mul_(up))
-        last = self._rms_norm(x[plan.sample_rows], self.norm)
+            h = rows_ops.add_norm(x, layer.o(attn.view(rows, heads * head_dim)), layer.mlp_norm)  # x += o(attn), in place
+            mlp = layer.down(rows_ops.silu_mul(layer.gate_up(h)))
+            if index < last_layer:
+                h = rows_ops.add_norm(x, mlp, self.layers[index + 1].attn_norm)
+            else:
+                x += mlp
+        last = rows_ops.norm(x[plan.sample_rows], self.norm)
         return self.lm_head(last).float()

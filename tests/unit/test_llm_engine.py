@@ -44,6 +44,18 @@ def test_one_chunk_prefill_matches_transformers(hf_model):
     torch.testing.assert_close(logits[0], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0)
 
 
+def test_torchs_row_operators_match_transformers_too(hf_model):
+    """The fallback where our fused row kernels cannot run (llm.engine.row_ops)."""
+    from llm.engine.row_ops import TorchRowOps
+
+    executor = make_executor(hf_model, attention="padded")
+    executor.model.rows = TorchRowOps(executor.model.dtype, executor.dims.rms_norm_eps)
+    tokens = prompt(1, 13)
+    executor.execute([ScheduledChunk(0, tokens[:-1], 0, [5, 6, 7, 8], False)])
+    logits = executor.execute([ScheduledChunk(0, tokens[-1:], 12, [5, 6, 7, 8], True)])
+    torch.testing.assert_close(logits[0], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0)
+
+
 def test_prefill_in_chunks_over_scattered_blocks_matches_one_chunk(hf_model):
     executor = make_executor(hf_model)
     tokens = prompt(2, 23)  # block size 4 divides neither the chunks nor the length

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from llm.engine import attention
-from llm.engine.attention import AttentionUnavailable, paged_kernel, resolve_attention
-from llm.engine.kernels import build
+from llm.engine.attention import paged_kernel, resolve_attention
+from llm.engine.kernels.load import KernelUnavailable
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16  # SmolLM2-135M's attention shape
 
@@ -21,7 +21,7 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16  # SmolLM2-135M's attention shap
 def kernel():
     try:
         return paged_kernel(torch.device("cpu"), torch.float32)
-    except AttentionUnavailable as error:  # a machine without AVX2 or g++: the padded path is tested elsewhere
+    except KernelUnavailable as error:  # a machine without AVX2 or g++: the padded path is tested elsewhere
         pytest.skip(str(error))
 
 
@@ -115,34 +115,7 @@ def test_the_knob_resolves_to_what_can_run(kernel, caplog):
     with caplog.at_level(logging.WARNING, logger=attention.__name__):
         assert resolve_attention("auto", cpu, torch.float16) == ("padded", None)
     assert "float16" in caplog.text
-    with pytest.raises(AttentionUnavailable, match="CPU"):
+    with pytest.raises(KernelUnavailable, match="CPU"):
         resolve_attention("paged", torch.device("cuda"), torch.bfloat16)
     with pytest.raises(ValueError, match="'flash'"):
         resolve_attention("flash", cpu, torch.float32)
-
-
-def test_a_failing_compiler_is_reported_with_its_output(monkeypatch, tmp_path):
-    monkeypatch.setattr(build, "BUILD_DIR", tmp_path)
-    monkeypatch.setenv("CXX", "false")
-    with pytest.raises(build.KernelBuildError, match="compiling paged_attention failed"):
-        build.build("paged_attention")
-    assert list(tmp_path.iterdir()) == []  # no half-written library left behind
-
-
-def test_a_library_is_keyed_by_its_source_and_rebuilt_when_that_changes(monkeypatch, tmp_path):
-    """A changed kernel source must never load the old library (a stale .so would be silently wrong)."""
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "paged_attention.cpp").write_text("// one version\n")
-    monkeypatch.setattr(build, "SOURCE_DIR", source)
-    monkeypatch.setattr(build, "BUILD_DIR", tmp_path / "out")
-    first = build.library_path("paged_attention")
-    (source / "paged_attention.cpp").write_text("// another version\n")
-    assert build.library_path("paged_attention") != first
-
-
-def test_loading_the_kernel_keeps_denormal_floats(kernel):
-    """Built with -ffast-math and linked with it, a library flushes denormals to zero for the
-    whole process (gcc's crtfastmath.o); the build keeps that flag to compiling."""
-    smallest = torch.tensor(1e-45, dtype=torch.float32)
-    assert smallest.item() > 0 and (smallest * 1.0).item() > 0

@@ -162,7 +162,7 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
 
 }  // namespace
 
-TORCH_LIBRARY(llm_kernels, m) {
+TORCH_LIBRARY_FRAGMENT(llm_kernels, m) {
   m.def("paged_decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
         "Tensor context_lens, float scale, Tensor(a!) out) -> ()");
 }

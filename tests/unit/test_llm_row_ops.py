@@ -1,0 +1,76 @@
+"""The fused row operators (llm/engine/kernels/row_ops.cpp) against torch's, row invariance,
+refusals, and the fallback to torch's where the library cannot run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llm.engine.kernels.load import KernelUnavailable
+from llm.engine.row_ops import FusedRowOps, TorchRowOps, row_ops_for
+
+EPS = 1e-5
+HIDDEN, INTERMEDIATE = 576, 1536  # SmolLM2-135M's widths
+
+
+@pytest.fixture(scope="module")
+def fused_float32():
+    ops = row_ops_for(torch.device("cpu"), torch.float32, EPS)
+    if not isinstance(ops, FusedRowOps):
+        pytest.skip("the row_ops library cannot run on this machine")
+    return ops
+
+
+def rows(n: int, width: int = HIDDEN, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, width, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_fused_norms_equal_torchs(fused_float32, dtype, tolerance):
+    fused, reference = FusedRowOps(dtype, EPS), TorchRowOps(dtype, EPS)
+    x, weight, delta = rows(7), rows(1)[0].abs() + 0.5, rows(7, seed=1).to(dtype)
+    assert fused.norm(x, weight).dtype == dtype
+    torch.testing.assert_close(fused.norm(x, weight).float(), reference.norm(x, weight).float(), atol=tolerance, rtol=tolerance)
+    x_fused, x_torch = x.clone(), x.clone()
+    out_fused, out_torch = fused.add_norm(x_fused, delta, weight), reference.add_norm(x_torch, delta, weight)
+    torch.testing.assert_close(x_fused, x_torch, atol=0, rtol=0)  # the residual is updated in place, exactly
+    torch.testing.assert_close(out_fused.float(), out_torch.float(), atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_fused_silu_mul_equals_torchs(fused_float32, dtype, tolerance):
+    gate_up = rows(5, 2 * INTERMEDIATE).to(dtype)
+    fused, reference = FusedRowOps(dtype, EPS).silu_mul(gate_up), TorchRowOps(dtype, EPS).silu_mul(gate_up)
+    assert fused.shape == (5, INTERMEDIATE) and fused.dtype == dtype
+    torch.testing.assert_close(fused.float(), reference.float(), atol=tolerance, rtol=tolerance)
+
+
+def test_a_row_gets_the_same_bits_alone_and_among_others(fused_float32):
+    ops = FusedRowOps(torch.bfloat16, EPS)
+    x, weight = rows(40), rows(1)[0]
+    together = ops.norm(x, weight)
+    for row in (0, 17, 39):
+        assert torch.equal(ops.norm(x[row : row + 1], weight)[0], together[row])
+
+
+def test_bad_arguments_are_refused_with_the_reason(fused_float32):
+    kernels = torch.ops.llm_kernels
+    with pytest.raises(RuntimeError, match="x must be contiguous float32"):
+        kernels.rms_norm(rows(2).double(), torch.ones(HIDDEN), EPS, torch.empty(2, HIDDEN))
+    with pytest.raises(RuntimeError, match="weight must be"):
+        kernels.rms_norm(rows(2), torch.ones(HIDDEN + 1), EPS, torch.empty(2, HIDDEN))
+    with pytest.raises(RuntimeError, match="delta must be"):
+        kernels.add_rms_norm(rows(2), rows(3), torch.ones(HIDDEN), EPS, torch.empty(2, HIDDEN))
+    with pytest.raises(RuntimeError, match="gate_up must be"):
+        kernels.silu_mul(rows(2, 7), torch.empty(2, 3))
+
+
+def test_torchs_operators_serve_where_the_library_cannot_run(monkeypatch, fused_float32):
+    assert isinstance(row_ops_for(torch.device("cpu"), torch.float16, EPS), TorchRowOps)  # no fused float16
+    assert isinstance(row_ops_for(torch.device("cpu"), torch.float32, EPS, fused=False), TorchRowOps)
+
+    def unavailable(name, device):
+        raise KernelUnavailable("no compiler")
+
+    monkeypatch.setattr("llm.engine.row_ops.load_kernels", unavailable)
+    assert isinstance(row_ops_for(torch.device("cpu"), torch.float32, EPS), TorchRowOps)
