@@ -62,6 +62,20 @@ def test_a_prepacked_bfloat16_weight_gives_the_plain_products_result(rows):
     assert DenseLinear(weight, torch.float32, CPU).packed is None  # float32 keeps the plain product
 
 
+@pytest.mark.skipif(not prepacks(torch.bfloat16, CPU), reason="this torch has no oneDNN")
+def test_a_bfloat16_row_gets_the_same_bits_alone_and_in_any_batch():
+    """SmolLM2's down projection shape, where oneDNN's product summed a batch's tail rows in another
+    order (llm.engine.linear.INVARIANT_ROWS): a seeded sample must not change beside another stream."""
+    weight = random_weight(576, 1536)
+    x = activations(200, 1536, torch.bfloat16) * 4
+    product = DenseLinear(weight, torch.bfloat16, CPU)
+    alone = torch.cat([product(x[i : i + 1]) for i in range(0, 200, 9)])
+    for rows in (2, 5, 17, 31, 64, 100, 200):
+        together = product(x[:rows])
+        assert together.shape == (rows, 576)
+        assert torch.equal(together[0:rows:9], alone[: len(range(0, rows, 9))]), f"a row changed in a batch of {rows}"
+
+
 def test_quantisation_error_stays_within_half_a_step():
     weight = random_weight(64, 96)
     _, scales = quantise_int8(weight)
