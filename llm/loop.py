@@ -37,7 +37,10 @@ from llm.scheduler import Scheduler, Sequence, StepPlan
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.05  # while requests are open but no step can run, how often cancellation is polled
-WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests, round robin (running: all)
+WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests, round robin
+# A running request is asked at most this often: at 10 ms steps (one int4 stream) asking every step
+# was 100 IPC round trips a second per stream, each CPU the step's two threads then lacked.
+RUNNING_POLL_INTERVAL_S = 0.1
 
 
 class QueueFullError(RuntimeError):
@@ -88,6 +91,7 @@ class EngineLoop:
         self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
         self._open: dict[int, _OpenRequest] = {}  # engine thread only
         self._waiting_poll_cursor = 0  # engine thread only: where the next round of waiting polls starts
+        self._running_polled_at: dict[int, float] = {}  # engine thread only: seq id -> when last asked while running
         self._next_seq_id = 0
         self._stopping = False
         self._stopped = False
@@ -269,16 +273,21 @@ class EngineLoop:
                 self._finish(request, "abort")
 
     def _poll_cancellations(self) -> None:
-        """Ask every running request, the waiting ones next in line for a free slot, and
-        `WAITING_POLLS_PER_STEP` other waiting ones in turn, whether its client went away. In
-        Triton each `is_cancelled` is a round trip to the server process; asking all of
-        hundreds of waiting requests every step is what a flood of streams turned into a stream
-        of IPC calls that crashed the Python backend. A running request holds blocks and a
-        batch slot, so it is asked every step; one next in line is asked before it is admitted,
-        so a client that left costs no prefill (a flood whose clients all leave is retired in a
-        step or two, not by prefilling each of them); the rest cost nothing while they wait."""
+        """Ask every running request (at most every RUNNING_POLL_INTERVAL_S), the waiting ones
+        next in line for a free slot, and `WAITING_POLLS_PER_STEP` other waiting ones in turn,
+        whether its client went away. In Triton each `is_cancelled` is a round trip to the server
+        process; asking all of hundreds of waiting requests every step is what a flood of streams
+        turned into a stream of IPC calls that crashed the Python backend. A running request holds
+        blocks and a batch slot, so it is asked on its first step and then every interval (at
+        ~100 ms steps, every step or two); one next in line is asked before it is admitted, so a
+        client that left costs no prefill (a flood whose clients all leave is retired in a step
+        or two, not by prefilling each of them); the rest cost nothing while they wait."""
+        now = self._clock()
+        polled_at = self._running_polled_at
         for seq in list(self.scheduler.running):
-            self._ask_if_cancelled(self._open[seq.seq_id])
+            if now - polled_at.get(seq.seq_id, float("-inf")) >= RUNNING_POLL_INTERVAL_S:
+                polled_at[seq.seq_id] = now
+                self._ask_if_cancelled(self._open[seq.seq_id])
         asked: set[int] = set()
         free_slots = self.scheduler.max_batch - len(self.scheduler.running)
         for seq in list(self.scheduler.waiting):
@@ -336,6 +345,7 @@ class EngineLoop:
         """Retire a request in this step (slot and blocks freed) and send its one finished output."""
         self.scheduler.finish(request.seq)
         del self._open[request.seq.seq_id]
+        self._running_polled_at.pop(request.seq.seq_id, None)
         with self._cv:
             self._open_ids.discard(request.seq.request_id)
         self._send(request, self._output(request, new_text, finished=True, reason=reason, error=error))

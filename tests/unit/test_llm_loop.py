@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from llm.contract import GenerationRequest, RequestOutput, RequestTimings, SamplingParams, SchedulerConfig, StepStats
-from llm.loop import EngineLoop, QueueFullError
+from llm.loop import RUNNING_POLL_INTERVAL_S, EngineLoop, QueueFullError
 from tests.unit.llm_fakes import EOS, FakeExecutor, FakeTokenizer, reference_tokens
 
 
@@ -117,12 +117,23 @@ def test_cancel_frees_the_blocks_within_a_step_and_finishes_with_abort() -> None
     assert all(chunk.seq_id != 0 for chunk in executor.plans[-1])
 
 
-def test_is_cancelled_is_polled_every_step() -> None:
-    loop, _, recorder, _ = make_loop()
+def test_a_running_request_is_asked_on_its_first_step_then_once_per_poll_interval() -> None:
+    loop, _, recorder, clock = make_loop()
     gone = threading.Event()
-    loop.submit(request("client", [1, 2], max_tokens=50), recorder.callback, is_cancelled=gone.is_set)
-    loop.run_one_step()
+    asked = []
+
+    def is_cancelled() -> bool:
+        asked.append(clock.now)
+        return gone.is_set()
+
+    loop.submit(request("client", [1, 2], max_tokens=50), recorder.callback, is_cancelled=is_cancelled)
+    loop.run_one_step()  # admitted (asked before admission)
+    loop.run_one_step()  # its first step running: asked
+    count = len(asked)
     gone.set()
+    loop.run_one_step()  # within the interval: not asked again, still running
+    assert len(asked) == count and not any(output.finished for output in recorder.outputs["client"])
+    clock.now += RUNNING_POLL_INTERVAL_S
     loop.run_one_step()
     assert recorder.final("client").finish_reason == "abort"
     assert loop.snapshot() == {"running": 0, "waiting": 0, "kv_blocks_used": 0, "kv_blocks_total": 64}
