@@ -122,11 +122,10 @@ class LlamaModel:
     def forward(self, plan: StepPlan, cache: PagedKVCache) -> torch.Tensor:
         """Next-token logits [sample rows, vocabulary] (float32)."""
         dims = self.dims
-        heads, kv_heads, head_dim, half = dims.num_heads, dims.num_kv_heads, dims.head_dim, dims.head_dim // 2
+        heads, kv_heads, head_dim = dims.num_heads, dims.num_kv_heads, dims.head_dim
         group = heads // kv_heads
         rows = plan.num_tokens
         qk_heads = heads + kv_heads
-        cos, sin = self.cos[plan.positions][:, None, :], self.sin[plan.positions][:, None, :]
         x = self.embed[plan.token_ids].float()
         group_bias = [None if group.mask is None else additive_mask(group.mask, self.dtype) for group in plan.decode_groups]
         paged, scale = self.paged_attention, head_dim**-0.5
@@ -135,13 +134,11 @@ class LlamaModel:
         h = rows_ops.norm(x, self.layers[0].attn_norm)
         for index, layer in enumerate(self.layers):
             qkv = layer.qkv(h)
-            qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
-            qk = (qk * cos).addcmul_(qk.roll(half, dims=-1), sin)  # roll by half: the halves swapped
+            qk = rows_ops.rotary_and_cache(
+                qkv, plan.positions, self.cos, self.sin, plan.slots, cache.k_slots[index], cache.v_slots[index], qk_heads
+            )  # the step's K and V are in the cache after this
             q, k = qk[:, :heads], qk[:, heads:]
             v = qkv[:, qk_heads * head_dim :].view(rows, kv_heads, head_dim)
-            k_slots, v_slots = cache.k_slots[index], cache.v_slots[index]
-            k_slots.index_copy_(0, plan.slots, k)
-            v_slots.index_copy_(0, plan.slots, v)
             k_blocks, v_blocks = cache.k[index], cache.v[index]
 
             attn = torch.empty(rows, heads, head_dim, dtype=self.dtype, device=self.device)

@@ -1,6 +1,6 @@
-"""The forward's row-wise steps: RMSNorm (alone and after the residual add) and SwiGLU's
-silu(gate) * up, as our fused C++ operators where they run (llm/engine/kernels/row_ops.cpp)
-or as torch's operators elsewhere.
+"""The forward's row-wise steps: RMSNorm (alone and after the residual add), SwiGLU's
+silu(gate) * up, and the rotary embedding with the step's KV writes, as our fused C++
+operators where they run (llm/engine/kernels/row_ops.cpp) or as torch's operators elsewhere.
 
 At one decoding sequence a step is dispatch-bound: torch's RMSNorm plus the cast to the
 compute dtype and the residual add are ~6 dispatches per norm, 61 norms a step, ~1.7 ms of a
@@ -33,6 +33,22 @@ class RowOps(Protocol):
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up for gate_up = [gate | up] along the last dimension."""
 
+    def rotary_and_cache(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        slots: torch.Tensor,
+        k_slots: torch.Tensor,
+        v_slots: torch.Tensor,
+        qk_heads: int,
+    ) -> torch.Tensor:
+        """The query and key heads of `qkv` [rows, (qk_heads + kv_heads) * head_dim] rotated by the
+        tables' rows at `positions` (cos and sign-folded sin [positions, head_dim]), as
+        [rows, qk_heads, head_dim]; the rotated keys and the values are written into the layer's
+        cache at `slots` (k_slots, v_slots [slots, kv_heads, head_dim])."""
+
 
 class TorchRowOps:
     def __init__(self, dtype: torch.dtype, eps: float) -> None:
@@ -48,6 +64,14 @@ class TorchRowOps:
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         gate, up = gate_up.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
+
+    def rotary_and_cache(self, qkv, positions, cos, sin, slots, k_slots, v_slots, qk_heads: int) -> torch.Tensor:
+        rows, (kv_heads, head_dim) = qkv.shape[0], k_slots.shape[1:]
+        qk = qkv[:, : qk_heads * head_dim].view(rows, qk_heads, head_dim)
+        qk = (qk * cos[positions][:, None, :]).addcmul_(qk.roll(head_dim // 2, dims=-1), sin[positions][:, None, :])  # halves swapped
+        k_slots.index_copy_(0, slots, qk[:, qk_heads - kv_heads :])
+        v_slots.index_copy_(0, slots, qkv[:, qk_heads * head_dim :].view(rows, kv_heads, head_dim))
+        return qk
 
 
 class FusedRowOps:
@@ -73,6 +97,11 @@ class FusedRowOps:
         out = torch.empty((gate_up.shape[0], gate_up.shape[1] // 2), dtype=gate_up.dtype, device=gate_up.device)
         self._ops.silu_mul(gate_up, out)
         return out
+
+    def rotary_and_cache(self, qkv, positions, cos, sin, slots, k_slots, v_slots, qk_heads: int) -> torch.Tensor:
+        qk = torch.empty((qkv.shape[0], qk_heads, k_slots.shape[2]), dtype=qkv.dtype, device=qkv.device)
+        self._ops.rotary_cache_write(qkv.contiguous(), positions, cos, sin, slots, k_slots, v_slots, qk)
+        return qk
 
 
 def row_ops_for(device: torch.device, dtype: torch.dtype, eps: float, fused: bool = True) -> RowOps:

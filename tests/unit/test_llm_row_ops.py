@@ -74,3 +74,33 @@ def test_torchs_operators_serve_where_the_library_cannot_run(monkeypatch, fused_
 
     monkeypatch.setattr("llm.engine.row_ops.load_kernels", unavailable)
     assert isinstance(row_ops_for(torch.device("cpu"), torch.float32, EPS), TorchRowOps)
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_the_fused_rotary_writes_the_same_keys_values_and_queries_as_torchs(fused_float32, dtype, tolerance):
+    from llm.engine.model import rope_tables
+
+    heads, kv_heads, head_dim, slots = 9, 3, 64, 40
+    dims = type("Dims", (), {"head_dim": head_dim, "rope_theta": 100000.0})()
+    cos, sin = (table.to(dtype) for table in rope_tables(dims, 300, torch.device("cpu")))
+    qkv = rows(5, (heads + 2 * kv_heads) * head_dim).to(dtype)
+    positions, where = torch.tensor([0, 7, 299, 31, 32]), torch.tensor([3, 39, 0, 17, 8])
+    results = []
+    for ops in (FusedRowOps(dtype, EPS), TorchRowOps(dtype, EPS)):
+        k_cache, v_cache = torch.zeros(slots, kv_heads, head_dim, dtype=dtype), torch.zeros(slots, kv_heads, head_dim, dtype=dtype)
+        qk = ops.rotary_and_cache(qkv, positions, cos, sin, where, k_cache, v_cache, heads + kv_heads)
+        results.append((qk.float(), k_cache.float(), v_cache.float()))
+    (qk, k, v), (qk_ref, k_ref, v_ref) = results
+    torch.testing.assert_close(qk, qk_ref, atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(k, k_ref, atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(v, v_ref, atol=0, rtol=0)  # values are copied, not computed
+    assert k[where].abs().sum() > 0 and k[[i for i in range(slots) if i not in where.tolist()]].abs().sum() == 0
+
+
+def test_the_fused_rotary_refuses_a_slot_outside_the_cache(fused_float32):
+    qkv = rows(1, 15 * 64)
+    with pytest.raises(RuntimeError, match="slot 99 outside the cache"):
+        torch.ops.llm_kernels.rotary_cache_write(
+            qkv, torch.tensor([0]), torch.ones(4, 64), torch.ones(4, 64), torch.tensor([99]),
+            torch.zeros(8, 3, 64), torch.zeros(8, 3, 64), torch.empty(1, 12, 64),
+        )  # fmt: skip
