@@ -89,7 +89,7 @@ class LlamaModel:
     ) -> None:
         self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
         self.paged_attention = paged_attention  # None: padded SDPA per decode group
-        self.rows: RowOps = row_ops_for(device, dtype, dims.rms_norm_eps, fused_rows)  # norms and SwiGLU
+        self.rows: RowOps = row_ops_for(device, dtype, dims.rms_norm_eps, fused_rows)  # norms, SwiGLU, rotary + KV writes
 
         def weight(name: str) -> Linear:
             return make_linear(tensors[name], weights, dtype, device, prepack)
