@@ -17,7 +17,7 @@ from locust import events  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
 from loadtest.latency import SuccessLatency  # noqa: E402
-from loadtest.options import add_load_options  # noqa: E402
+from loadtest.options import add_load_options, graceful_stop_timeout  # noqa: E402
 from loadtest.shapes import SelectedShape  # noqa: E402, F401 - locust picks the shape up from this module
 from loadtest.users import (  # noqa: E402, F401 - locust picks the user classes up from this module
     BulkGrpcUser,
@@ -49,6 +49,7 @@ def _on_init(environment, **_) -> None:
         environment.events.worker_report.add_listener(lambda data, **_: success_latency.merge_report(data.get(REPORT_KEY, [])))
     # The workers' final reports reach the master after its test_stop: write again at the very end.
     environment.events.quit.add_listener(lambda **_: _write(environment))
+    environment.stop_timeout = graceful_stop_timeout(environment.stop_timeout, float(environment.parsed_options.client_timeout_s))
 
 
 @events.test_start.add_listener

@@ -54,6 +54,16 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def graceful_stop_timeout(requested_s: float | None, client_timeout_s: float) -> float:
+    """How long a stopping user may finish its call in flight (locust's `--stop-timeout`).
+    Locust's default (0) kills a user mid-call, which cancels its gRPC call, and a cancel that
+    races Triton 2.51's own completion of the call is a known server segfault (Triton server
+    issues #7368 and #8034, fixed in 2.53): it took down the shared server of a test run as a
+    run ended. Users therefore finish their call, for at most its client deadline, unless the
+    run asks for another stop timeout."""
+    return requested_s if requested_s else client_timeout_s
+
+
 @dataclass(frozen=True)
 class LoadValues:
     """The load options' values, read once at the entry point (`python -m loadtest.run`) and

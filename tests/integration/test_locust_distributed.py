@@ -11,6 +11,7 @@ import pytest
 
 from tools.paths import REPO_ROOT
 from tools.serve.local_triton import ServerOptions
+from tools.triton_client import TritonClient
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +22,11 @@ def test_a_run_with_worker_processes_judges_every_successful_request(triton: Ser
     # Generous SLOs: this test checks the machinery, not this (shared, noisy) machine's speed.
     command += ["--slo-interactive-p95-ms", "20000", "--slo-interactive-p99-ms", "20000", "--slo-bulk-p95-ms", "30000"]
     command += ["--slo-bulk-p99-ms", "30000", "--", "--processes", "2"]
+    client = TritonClient(triton.http_url)
+    before = client.settled_statistics("embed")
     completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
     assert completed.returncode == 0, completed.stdout + completed.stderr
+    served = client.settled_statistics("embed") - before
     assert "VERDICT: PASS" in completed.stdout
 
     with (tmp_path / "locust_stats.csv").open() as handle:
@@ -34,5 +38,8 @@ def test_a_run_with_worker_processes_judges_every_successful_request(triton: Ser
     with (tmp_path / "locust_success_latency.csv").open() as handle:
         recorded = {(r["Type"], r["Name"]): int(r["Count"]) for r in csv.DictReader(handle)}
     assert sum(succeeded.values()) > 0
+    # Users finish their call in flight when the run ends: the server answered exactly the
+    # requests locust counted, none cut off (a cut gRPC call can crash Triton 2.51).
+    assert served.requests == sum(succeeded.values()) and served.failures == 0
     # The samples travel in the same worker reports as locust's counters: they match exactly.
     assert recorded == {key: count for key, count in succeeded.items() if count}
