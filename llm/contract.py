@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # only an annotation: a tool that reads the knobs must not pay for importing torch
+    import torch
 
 
 @dataclass(frozen=True)
