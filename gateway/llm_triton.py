@@ -30,10 +30,11 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from gateway.errors import RATE_LIMIT, SERVER_ERROR, TIMEOUT, UNAVAILABLE, APIError, from_triton
+from llm.contract import EngineConfig
 from tools.triton_client.streams import end_after_final
 
 CONTROL_TIMEOUT_S = 3.0
-DEFAULT_MAX_MODEL_LEN = 8192  # the `llm` model's own default (llm/serving/knobs.py)
+DEFAULT_MAX_MODEL_LEN = EngineConfig().max_model_len  # what the `llm` model serves when its config omits it
 FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
 NOT_FINISHED = ("", "None")  # every response carries a finish_reason, "None" until the last (the vLLM backend's rule)
 

@@ -122,14 +122,18 @@ OutputCallback = Callable[[RequestOutput], None]
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """The batching knobs; their one source of truth is `model_repository/llm/config.pbtxt`'s
-    `parameters` (same names), read through the protobuf schema."""
+    """The batching knobs. The defaults are the values we serve: `model_repository/llm/config.pbtxt`
+    lists every knob of this class and EngineConfig under its field name, with these values
+    (tests/unit/test_llm_serving_knobs.py fails when the two differ). Change a default here and
+    in the config together, or override it in the config only for a deliberate variant."""
 
     mode: str = "iteration"  # iteration (continuous batching) | request (gather, run to completion) | none (one at a time)
     policy: str = "fcfs"  # fcfs | priority
     max_num_seqs: int = 16  # sequences in one step (request mode: the maximum batch)
-    max_num_batched_tokens: int = 512  # tokens in one step (decodes count one each)
-    long_prefill_token_threshold: int = 256  # a prompt's chunk per step (Sarathi-Serve's chunked prefill)
+    # 80 tokens (16 decodes + a 64-token prompt chunk at full batch): a step stays near 0.25 s on the
+    # 2-core EPYC, so TPOT stays inside docs/llm.md's SLO (300 ms) under 16 streams.
+    max_num_batched_tokens: int = 80  # tokens in one step (decodes count one each)
+    long_prefill_token_threshold: int = 80  # a prompt's chunk per step (Sarathi-Serve's chunked prefill)
     max_wait_ms: float = 0.0  # how long a partly filled step (request mode: a partly filled batch) may wait for arrivals
     max_waiting: int = 256  # waiting requests beyond which a new one is rejected
     enable_prefix_caching: bool = True  # share full KV blocks of equal prefixes across requests (vLLM's name)
@@ -143,6 +147,6 @@ class EngineConfig:
     attention: str = "auto"  # decode attention: paged (our C++ kernel, in place) | padded (gathered SDPA) | auto (llm.engine.attention)
     compile_decode: bool = False  # decode-only steps as one torch.compile'd graph (llm.engine.compiled_decode); compiles at load
     block_size: int = 16  # tokens per KV block
-    kv_cache_bytes: int = 256 * 2**20  # KV memory budget, preallocated as blocks
+    kv_cache_bytes: int = 2**30  # KV memory budget, preallocated as blocks (1 GiB)
     max_model_len: int = 8192  # context window (SmolLM2: 8,192)
     num_threads: int = 0  # torch intra-op threads; 0: torch's default

@@ -28,6 +28,20 @@ def test_the_committed_config_parses_into_the_configs() -> None:
     assert engine.max_model_len > 0 and engine.kv_cache_bytes > 0
 
 
+def test_the_committed_config_serves_exactly_the_contract_defaults() -> None:
+    """One value per knob: a tool that builds SchedulerConfig() or EngineConfig() in process
+    runs what Triton serves from the committed config."""
+    served = parse_knobs(parameters_from_pbtxt(CONFIG))
+    defaults = (SchedulerConfig(), EngineConfig())
+    differ = {
+        name: (getattr(config, name), getattr(default, name))
+        for config, default in zip(served, defaults)
+        for name in (field.name for field in dataclasses.fields(default))
+        if getattr(config, name) != getattr(default, name)
+    }
+    assert not differ, f"config.pbtxt and llm/contract.py disagree (knob: (config, contract)): {differ}"
+
+
 def test_the_committed_config_is_decoupled_with_the_model_batching_itself() -> None:
     config = load_config(MODEL_REPOSITORY / "llm")
     assert config.model_transaction_policy.decoupled

@@ -26,6 +26,16 @@ def test_the_vllm_config_sets_every_knob_by_its_field_name_and_says_its_engine()
     assert knobs.device == "cpu" and knobs.dtype == "bfloat16"
 
 
+def test_the_vllm_config_serves_exactly_the_knobs_defaults() -> None:
+    knobs, defaults = VllmKnobs.from_parameters(parameters_from_pbtxt(VLLM_CONFIG)), VllmKnobs()
+    differ = {
+        field.name: (getattr(knobs, field.name), getattr(defaults, field.name))
+        for field in dataclasses.fields(VllmKnobs)
+        if getattr(knobs, field.name) != getattr(defaults, field.name)
+    }
+    assert not differ, f"configs/vllm.pbtxt and VllmKnobs disagree (knob: (config, default)): {differ}"
+
+
 def test_the_native_config_says_native_and_refuses_to_parse_as_vllm() -> None:
     parameters = parameters_from_pbtxt(NATIVE_CONFIG)
     assert engine_of(parameters) == "native"
