@@ -120,6 +120,26 @@ class LoopObserver(Protocol):
 OutputCallback = Callable[[RequestOutput], None]
 
 
+def check_request_fits(prompt_tokens: int, max_tokens: int, max_model_len: int, kv_cache_tokens: int | None = None) -> None:
+    """Raise ValueError, naming the limit, for a request that could never run: the context
+    window (vLLM's rule), and the KV cache where its size is given, must hold the prompt and
+    every token it may generate. The one rule the Triton models (vLLM's engine sizes its own
+    cache), the scheduler and so the engine loop and the simulator apply."""
+    if prompt_tokens <= 0:
+        raise ValueError("text_input encodes to no tokens: give a prompt")
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if prompt_tokens >= max_model_len:
+        raise ValueError(f"the prompt has {prompt_tokens} tokens; the context window (max_model_len) is {max_model_len}")
+    if prompt_tokens + max_tokens > max_model_len:
+        raise ValueError(
+            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceed the context window "
+            f"(max_model_len {max_model_len}); lower max_tokens to at most {max_model_len - prompt_tokens}"
+        )
+    if kv_cache_tokens is not None and prompt_tokens + max_tokens > kv_cache_tokens:
+        raise ValueError(f"prompt + max_tokens = {prompt_tokens + max_tokens} tokens exceeds the KV cache ({kv_cache_tokens} tokens)")
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """The batching knobs. The defaults are the values we serve: `model_repository/llm/config.pbtxt`

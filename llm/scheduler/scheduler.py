@@ -27,8 +27,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from llm.contract import ScheduledChunk, SchedulerConfig
-from llm.scheduler.block_manager import BlockManager, blocks_for, chain_hashes
+from llm.contract import ScheduledChunk, SchedulerConfig, check_request_fits
+from llm.scheduler.block_manager import BlockManager, chain_hashes
 from llm.scheduler.queue import WaitingQueue, order_key
 from llm.scheduler.sequence import Sequence, SequenceStatus
 
@@ -98,11 +98,7 @@ class Scheduler:
             raise ValueError(f"unknown scheduler mode {config.mode!r}; expected one of {', '.join(MODES)}")
         if config.max_num_seqs <= 0 or config.long_prefill_token_threshold <= 0 or config.max_wait_ms < 0:
             raise ValueError("max_num_seqs and long_prefill_token_threshold must be positive, max_wait_ms not negative")
-        if config.max_num_batched_tokens < config.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least max_num_seqs "
-                f"({config.max_num_seqs}): every running sequence needs a token per step"
-            )
+        self._check_step_limits(config)
         self.config = config
         self.max_model_len = max_model_len
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching)
@@ -127,31 +123,24 @@ class Scheduler:
         if unknown:
             raise ValueError(f"only {', '.join(cls.LIVE_KNOBS)} change live, not {', '.join(sorted(unknown))}")
         config = dataclasses.replace(config, **changes)
+        cls._check_step_limits(config)
+        return config
+
+    @staticmethod
+    def _check_step_limits(config: SchedulerConfig) -> None:
         if config.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must not be negative, got {config.max_wait_ms:g}")
         if config.max_num_batched_tokens < config.max_num_seqs:
             raise ValueError(
-                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least max_num_seqs ({config.max_num_seqs})"
+                f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be at least max_num_seqs "
+                f"({config.max_num_seqs}): every running sequence needs a token per step"
             )
-        return config
 
     # -- requests in and out ------------------------------------------------------------
 
     def check_fits(self, num_prompt_tokens: int, max_tokens: int) -> None:
-        """Raise ValueError (naming the limit) for a request that could never run."""
-        if num_prompt_tokens <= 0:
-            raise ValueError("the prompt is empty")
-        if max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
-        total = num_prompt_tokens + max_tokens
-        if total > self.max_model_len:
-            raise ValueError(
-                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} exceeds max_model_len ({self.max_model_len})"
-            )
-        needed = blocks_for(total, self.blocks.block_size)
-        if needed > self.blocks.num_blocks:
-            capacity = self.blocks.num_blocks * self.blocks.block_size
-            raise ValueError(f"prompt + max_tokens = {total} tokens exceeds the KV cache ({capacity} tokens)")
+        """Raise ValueError (naming the limit) for a request that could never run here."""
+        check_request_fits(num_prompt_tokens, max_tokens, self.max_model_len, self.blocks.num_blocks * self.blocks.block_size)
 
     def add(self, seq: Sequence) -> None:
         self.check_fits(seq.num_prompt_tokens, seq.request.params.max_tokens)

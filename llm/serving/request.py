@@ -167,16 +167,3 @@ def parse_request(inputs: Mapping[str, object], max_tokens_limit: int, request_p
     params = parse_sampling_parameters(sampling, max_tokens_limit)
     flags = {name: bool(inputs.get(name, False)) for name in RETURN_FLAGS}
     return ParsedRequest(prompt, params, stream, exclude_input, **flags)
-
-
-def check_fits(prompt_tokens: int, params: SamplingParams, max_model_len: int) -> None:
-    """The context window holds the prompt and every token it may generate (vLLM's rule)."""
-    if prompt_tokens == 0:
-        raise RequestError("text_input encodes to no tokens: give a prompt")
-    if prompt_tokens >= max_model_len:
-        raise RequestError(f"the prompt has {prompt_tokens} tokens; the context window (max_model_len) is {max_model_len}")
-    if prompt_tokens + params.max_tokens > max_model_len:
-        raise RequestError(
-            f"the prompt ({prompt_tokens} tokens) plus max_tokens ({params.max_tokens}) exceed the context window "
-            f"(max_model_len {max_model_len}); lower max_tokens to at most {max_model_len - prompt_tokens}"
-        )

@@ -35,10 +35,10 @@ from pathlib import Path
 from types import ModuleType
 
 from llm.artifacts import HF_FOLDER, HF_REQUIRED_FILES
-from llm.contract import RequestTimings
+from llm.contract import RequestTimings, check_request_fits
 from llm.metrics import LlmMetrics
 from llm.serving.control import control_request
-from llm.serving.request import ParsedRequest, RequestError, check_fits, parse_request
+from llm.serving.request import ParsedRequest, RequestError, parse_request
 from llm.serving.responses import ResponsePlan
 from llm.serving.triton_io import TritonIO
 from llm.tokenizer import LlmTokenizer
@@ -130,7 +130,7 @@ class VllmServing:
         limit = self.knobs.max_model_len
         parsed = parse_request(self.io.inputs(request), max_tokens_limit=limit - 1, request_parameters=raw_parameters)
         prompt_ids = self.tokenizer.encode(parsed.prompt)
-        check_fits(len(prompt_ids), parsed.params, limit)
+        check_request_fits(len(prompt_ids), parsed.params.max_tokens, limit)  # vLLM sizes its KV cache itself
         with self._lock:
             if self._in_flight >= self.knobs.max_in_flight:
                 raise ServerBusy(

@@ -203,7 +203,7 @@ def test_submit_raises_queue_full_at_max_waiting() -> None:
 
 def test_submit_rejects_a_prompt_that_cannot_fit_max_model_len() -> None:
     loop, _, recorder, _ = make_loop(max_model_len=64)
-    with pytest.raises(ValueError, match=r"max_model_len \(64\)"):
+    with pytest.raises(ValueError, match=r"context window \(max_model_len 64\); lower max_tokens to at most 4"):
         loop.submit(request("big", [1] * 60, max_tokens=10), recorder.callback)
 
 

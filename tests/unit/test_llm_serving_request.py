@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from llm.contract import SamplingParams
-from llm.serving.request import RequestError, check_fits, parse_request, parse_sampling_parameters
+from llm.contract import SamplingParams, check_request_fits
+from llm.serving.request import RequestError, parse_request, parse_sampling_parameters
 
 LIMIT = 8191
 
@@ -103,10 +103,16 @@ def test_an_empty_sampling_parameters_string_means_the_defaults() -> None:
 
 
 def test_the_context_window_must_hold_the_prompt_and_every_token_it_may_generate() -> None:
-    check_fits(100, SamplingParams(max_tokens=28), max_model_len=128)
-    with pytest.raises(RequestError, match=r"the prompt has 128 tokens; the context window.*128"):
-        check_fits(128, SamplingParams(max_tokens=1), max_model_len=128)
-    with pytest.raises(RequestError, match="lower max_tokens to at most 28"):
-        check_fits(100, SamplingParams(max_tokens=29), max_model_len=128)
-    with pytest.raises(RequestError, match="no tokens"):
-        check_fits(0, SamplingParams(), max_model_len=128)
+    check_request_fits(100, 28, max_model_len=128)
+    with pytest.raises(ValueError, match=r"the prompt has 128 tokens; the context window.*128"):
+        check_request_fits(128, 1, max_model_len=128)
+    with pytest.raises(ValueError, match="lower max_tokens to at most 28"):
+        check_request_fits(100, 29, max_model_len=128)
+    with pytest.raises(ValueError, match="no tokens"):
+        check_request_fits(0, 16, max_model_len=128)
+
+
+def test_the_kv_cache_must_hold_them_too_where_its_size_is_given() -> None:
+    check_request_fits(10, 10, max_model_len=128, kv_cache_tokens=20)
+    with pytest.raises(ValueError, match=r"prompt \+ max_tokens = 21 tokens exceeds the KV cache \(20 tokens\)"):
+        check_request_fits(10, 11, max_model_len=128, kv_cache_tokens=20)

@@ -38,7 +38,7 @@ from llm.loop import EngineLoop, QueueFullError
 from llm.metrics import LlmMetrics
 from llm.serving.control import ControlRefused, control_request, parse_control
 from llm.serving.knobs import engine_of, parameters_from_json, parse_knobs
-from llm.serving.request import check_fits, parse_request
+from llm.serving.request import parse_request
 from llm.serving.responses import ResponsePlan
 from llm.serving.send_queue import SendQueue
 from llm.serving.triton_io import TritonIO
@@ -110,8 +110,8 @@ class NativeServing:
         inputs = self.io.inputs(request)
         parsed = parse_request(inputs, max_tokens_limit=self.max_model_len - 1, request_parameters=request.parameters())
         prompt_ids = self.tokenizer.encode(parsed.prompt)
-        check_fits(len(prompt_ids), parsed.params, self.max_model_len)
         generation = GenerationRequest(f"llm-{next(self._ids)}", prompt_ids, parsed.params, arrival)
+        # submit refuses what can never fit (llm.contract.check_request_fits): INVALID_ARG
         self.loop.submit(generation, self._responder(parsed, sender), is_cancelled=sender.is_cancelled)
 
     def _control(self, parameters: dict, sender) -> None:
