@@ -160,3 +160,13 @@ def test_a_live_server_on_vllm_reloads_from_the_vllm_config_even_when_the_native
     control.served.parameters["EXECUTION_ENV_PATH"].string_value = "/work/main/.venv-vllm"
     server.apply({"max_num_seqs": "4"})
     assert len(control.reloaded) == 1 and len(server.reload_s) == 1
+
+
+def test_a_live_server_on_the_native_engine_reloads_when_a_knob_changes():
+    control = FakeControl(load_config(DEFAULT_CONFIG))
+    server = LiveServer(control, "127.0.0.1:1")
+    server.apply({"max_num_seqs": "2"})
+    (config,) = control.reloaded
+    assert config.parameters["max_num_seqs"].string_value == "2"
+    server.apply({"max_num_seqs": "2"})  # served already: no second reload
+    assert len(control.reloaded) == 1

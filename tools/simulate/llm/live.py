@@ -46,10 +46,8 @@ class LiveServer:
     def apply(self, parameters: Mapping[str, str]) -> None:
         """Reload the model with these `parameters` changed (nothing when they already hold)."""
         served = self.control.config(self.model)
-        config = served
-        if self.base_config is not None:
-            config = ModelConfig()
-            config.CopyFrom(self.base_config)
+        config = ModelConfig()  # a copy: changing the served message itself would hide every change
+        config.CopyFrom(served if self.base_config is None else self.base_config)
         for key, value in parameters.items():
             config.parameters[key].string_value = value
         if knobs_of(served) == knobs_of(config) and self.control.model_ready(self.model):
