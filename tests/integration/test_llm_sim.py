@@ -75,7 +75,9 @@ def test_validation_scales_the_model_to_the_first_case_and_judges_the_held_out_o
     assert result["summary"]["tpot_p50_ms"]["rows"] == 1  # the held-out case only
     assert result["summary_as_calibrated"]["tpot_p50_ms"]["rows"] == 1  # its measurement against the unscaled model too
     assert set(held_out["errors_as_calibrated"]) == set(held_out["errors"])
-    assert result["stuck_unloads"] == 0  # every reload's old instance unloaded
+    # every reload's old instance left the repository index, however slowly a busy machine unloads it
+    assert len(result["unload_s"]) == len(result["reload_s"]) >= 1
+    assert result["stuck_unloads"] == 0, f"unload times (null: never unloaded): {result['unload_s']}"
     assert llm_triton.client.config(LLM_MODEL) == before
 
 
@@ -126,7 +128,8 @@ def test_a_tiny_grid_measures_every_candidate_of_the_space_given_and_the_config(
     assert measured == {("grid", "1"), ("grid", "2"), ("config", committed)}
     assert all(row["measured"]["completed"] >= 2 for row in report["measured"])
     assert report["winner"] in [row["parameters"] for row in report["measured"]]
-    assert report["stuck_unloads"] == 0  # every stream ended by the server, so every old instance unloaded
+    # every stream ended by the server, so every old instance unloaded (slowly, perhaps, on a busy machine)
+    assert report["stuck_unloads"] == 0, f"unload times (null: never unloaded): {report['unload_s']}"
     assert llm_triton.client.config(LLM_MODEL) == before
 
 

@@ -19,6 +19,7 @@ from tools.simulate.llm import live
 from tools.simulate.llm.live import LiveServer
 from tools.simulate.llm.setup import DEFAULT_CONFIG, VLLM_CONFIG
 from tools.simulate.llm.step_cost import FEATURES, StepCostModel
+from tools.triton_client import Unload
 from tools.tune.llm import command
 from tools.tune.llm.command import LlmTuneSettings, build_parser, choose_cost_model
 from tools.tune.llm.space import LlmSpace
@@ -142,10 +143,10 @@ class FakeControl:
     def model_ready(self, model) -> bool:
         return True
 
-    def reload(self, model, config) -> bool:
+    def reload(self, model, config) -> Unload:
         self.reloaded.append(config)
         self.served = config
-        return True
+        return Unload(0.0)
 
 
 def test_a_live_server_on_vllm_reloads_from_the_vllm_config_even_when_the_native_one_is_served():
@@ -162,11 +163,28 @@ def test_a_live_server_on_vllm_reloads_from_the_vllm_config_even_when_the_native
     assert len(control.reloaded) == 1 and len(server.reload_s) == 1
 
 
-def test_a_live_server_on_the_native_engine_reloads_when_a_knob_changes():
+def test_a_live_server_on_the_native_engine_reloads_when_a_knob_changes_and_records_the_unload():
     control = FakeControl(load_config(DEFAULT_CONFIG))
     server = LiveServer(control, "127.0.0.1:1")
     server.apply({"max_num_seqs": "2"})
     (config,) = control.reloaded
     assert config.parameters["max_num_seqs"].string_value == "2"
+    assert (server.unload_s, server.stuck_unloads) == ([0.0], 0)
     server.apply({"max_num_seqs": "2"})  # served already: no second reload
     assert len(control.reloaded) == 1
+
+
+def test_only_an_unload_that_never_finished_counts_as_stuck():
+    class SlowThenStuck(FakeControl):
+        def __init__(self, served) -> None:
+            super().__init__(served)
+            self.unloads = [Unload(42.0), Unload(None)]
+
+        def reload(self, model, config) -> Unload:
+            super().reload(model, config)
+            return self.unloads.pop(0)
+
+    server = LiveServer(SlowThenStuck(load_config(DEFAULT_CONFIG)), "127.0.0.1:1")
+    server.apply({"max_num_seqs": "2"})
+    server.apply({"max_num_seqs": "3"})
+    assert (server.unload_s, server.stuck_unloads) == ([42.0, None], 1)

@@ -27,9 +27,10 @@ RESTRICTED = "This API is restricted, expecting header 'triton-admin-key'"
 
 
 class CannedTriton(ThreadingHTTPServer):
-    """Answers each path with a canned (status, body) and records what it was sent."""
+    """Answers each path with a canned (status, body), or with a list of them in turn (the last
+    one from then on), and records what it was sent."""
 
-    def __init__(self, answers: dict[str, tuple[int, str]]) -> None:
+    def __init__(self, answers: dict[str, tuple[int, str] | list[tuple[int, str]]]) -> None:
         self.answers = answers
         self.received: list[tuple[str, Message, bytes]] = []
         super().__init__(("127.0.0.1", 0), CannedHandler)
@@ -45,7 +46,10 @@ class CannedHandler(BaseHTTPRequestHandler):
     def answer(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.received.append((self.path, self.headers, body))
-        status, text = self.server.answers.get(self.path, (404, json.dumps({"error": f"no route {self.path}"})))
+        answer = self.server.answers.get(self.path, (404, json.dumps({"error": f"no route {self.path}"})))
+        if isinstance(answer, list):
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
+        status, text = answer
         self.send_response(status)
         self.send_header("Content-Length", str(len(text)))
         self.end_headers()
@@ -177,8 +181,26 @@ def test_a_reload_waits_for_the_unload_and_warns_when_the_old_instance_stays(can
     canned.answers["/v2/repository/models/llm/unload"] = (200, "")
     canned.answers["/v2/repository/models/llm/load"] = (200, "")
     canned.answers["/v2/repository/index"] = (200, json.dumps([{"name": "llm", "version": "1", "state": state}]))
-    assert TritonClient(canned.url).reload("llm", ModelConfig(name="llm"), unload_timeout_s=0.5) is gone_in_time
+    unload = TritonClient(canned.url).reload("llm", ModelConfig(name="llm"), unload_timeout_s=0.5)
+    assert bool(unload) is gone_in_time
+    assert (unload.seconds is not None and unload.seconds < 0.5) if gone_in_time else unload.seconds is None
     paths = [path for path, _, _ in canned.received]
     unload, index, load = (paths.index(f"/v2/repository/{what}") for what in ("models/llm/unload", "index", "models/llm/load"))
     assert unload < index < load
     assert ("did not finish unloading" in caplog.text) is not gone_in_time
+
+
+def test_a_slow_unload_that_finishes_is_reported_with_its_time_not_counted_stuck(canned, caplog, monkeypatch) -> None:
+    import tools.triton_client as triton_client
+
+    monkeypatch.setattr(triton_client, "SLOW_UNLOAD_S", 0.1)
+    canned.answers["/v2/models/llm/ready"] = (200, "")
+    canned.answers["/v2/repository/models/llm/unload"] = (200, "")
+    canned.answers["/v2/repository/models/llm/load"] = (200, "")
+    unloading = json.dumps([{"name": "llm", "version": "1", "state": "UNLOADING"}])
+    gone = json.dumps([{"name": "llm", "version": "1", "state": "UNAVAILABLE"}])
+    canned.answers["/v2/repository/index"] = [(200, unloading), (200, unloading), (200, gone)]
+    unload = TritonClient(canned.url).reload("llm", ModelConfig(name="llm"), unload_timeout_s=60)
+    assert unload and unload.seconds is not None and unload.seconds >= 0.2  # two reads of the index said it was unloading
+    assert "took" in caplog.text and "to unload" in caplog.text
+    assert "did not finish unloading" not in caplog.text

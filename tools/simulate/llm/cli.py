@@ -279,7 +279,11 @@ def validation_table(result: dict) -> str:
         )
     if result.get("reload_s"):
         reloads = result["reload_s"]
-        lines.append(f"{len(reloads)} reload(s), {min(reloads):g}-{max(reloads):g} s; stuck unloads: {result.get('stuck_unloads', 0)}")
+        unloads = [s for s in result.get("unload_s", []) if s is not None]
+        slowest = f", the slowest unload {max(unloads):g} s" if unloads else ""
+        lines.append(
+            f"{len(reloads)} reload(s), {min(reloads):g}-{max(reloads):g} s{slowest}; stuck unloads: {result.get('stuck_unloads', 0)}"
+        )
     unscaled = result.get("summary_as_calibrated", {})
     for name, item in result["summary"].items():
         median = "-" if item["median_abs_error"] is None else f"{item['median_abs_error']:.0%}"

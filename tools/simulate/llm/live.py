@@ -53,15 +53,22 @@ class LiveServer:
         if knobs_of(served) == knobs_of(config) and self.control.model_ready(self.model):
             return
         started = time.monotonic()
-        if not self.control.reload(self.model, config):
-            self.stuck_unloads += 1
+        unload = self.control.reload(self.model, config)
+        self.unload_s.append(unload.seconds)
         self.reload_s.append(round(time.monotonic() - started, 1))
-        log.info("%s reloaded with %s in %.1f s", self.model, dict(parameters), self.reload_s[-1])
+        log.info("%s reloaded with %s in %.1f s (unload: %s s)", self.model, dict(parameters), self.reload_s[-1], unload.seconds)
 
-    stuck_unloads: int = 0  # reloads whose old instance did not unload in time (docs/llm.md, Known issues)
     reload_s: list[float] = field(default_factory=list)  # each reload's wall time (a vLLM start compiles the model)
+    # each reload's unload time as the server's repository index showed it; None: the old instance
+    # never unloaded within tools.triton_client.UNLOAD_WAIT_S (docs/llm.md, Known issues)
+    unload_s: list[float | None] = field(default_factory=list)
     last_load_average: float | None = None  # the machine's 1-minute load when the last level started
     last_sent: int = 0  # requests the last level sent: where the next level may start in the workload
+
+    @property
+    def stuck_unloads(self) -> int:
+        """Reloads whose old instance never unloaded (a slow unload that finished is not one)."""
+        return self.unload_s.count(None)
 
     def measure(self, requests: Sequence[LlmRequest], schedule: Schedule, level: LevelPlan, slo: Slo) -> LevelFigures:
         records, duration = self.measure_records(requests, schedule, level)

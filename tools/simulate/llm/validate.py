@@ -122,8 +122,9 @@ def validate(
         "rows": rows,
         "summary": summarize(judged),
         "live_scale": None if scale is None else scale.as_dict(),
-        "stuck_unloads": server.stuck_unloads,  # reloads that left the old instance behind
+        "stuck_unloads": server.stuck_unloads,  # reloads whose old instance never unloaded
         "reload_s": server.reload_s,
+        "unload_s": server.unload_s,  # each reload's unload time; null: never unloaded
         "engine": engine_of(base_parameters),
     }
     if scale is not None:

@@ -326,7 +326,11 @@ def run_tune(settings: LlmTuneSettings) -> int:
             figures = f"goodput {pooled['goodput_rps']:.3f}/s, {pooled['output_tokens_per_s']:.1f} tok/s"
             print(f"  {row['label']}: {figures}, {pooled['requests']} requests")
     if live.reload_s:
-        print(f"{len(live.reload_s)} reload(s) of {settings.engine}: {min(live.reload_s):g}-{max(live.reload_s):g} s each")
+        unloads = [s for s in live.unload_s if s is not None]
+        slowest = f", the slowest unload {max(unloads):g} s" if unloads else ""
+        print(f"{len(live.reload_s)} reload(s) of {settings.engine}: {min(live.reload_s):g}-{max(live.reload_s):g} s each{slowest}")
+    if live.stuck_unloads:
+        print(f"{live.stuck_unloads} reload(s) left the old instance loaded (docs/llm.md, Known issues)")
     print(f"winner: {best['label']} ({'meets' if best['meets_slo'] else 'misses'} the SLO)")
     settings.report_dir.mkdir(parents=True, exist_ok=True)
     report = {
@@ -342,6 +346,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
         "live_scale": None if live_scale is None else live_scale.as_dict(),
         "stuck_unloads": live.stuck_unloads,
         "reload_s": live.reload_s,
+        "unload_s": live.unload_s,
         "tie_break": live.tie_break,
         "wall_s": round(time.monotonic() - started, 1),
         "ranking": [{"label": label(p), "parameters": p, "predicted": f.as_dict()} for p, f in space.ranked(simulated)[:20]],
@@ -370,8 +375,9 @@ class LiveMeasurement:
     rows: list[dict]  # one per measured level: predicted beside measured
     live_scale: LiveScale | None
     simulated: Simulated  # the simulation the choice was made on (scaled with --live-scale)
-    stuck_unloads: int  # reloads that left the old instance behind
+    stuck_unloads: int  # reloads whose old instance never unloaded
     reload_s: list[float]  # each reload's wall time
+    unload_s: list[float | None]  # each reload's unload time; None: never unloaded
     tie_break: list[dict] | None  # the rematch's verdict, best first (tools/tune/llm/rematch.py), when one ran
 
 
@@ -435,7 +441,8 @@ def measure_live(
             parameters = [row["parameters"] for row in contenders]
             tie_break = verdict(rematch(parameters, measure_level, level, settings.tie_break_rounds, settings.slo), settings.slo)
     reload_s = list(getattr(server, "reload_s", ()))  # a stand-in server may not time its reloads
-    return LiveMeasurement(rows, live_scale, simulated, server.stuck_unloads, reload_s, tie_break)
+    unload_s = list(getattr(server, "unload_s", ()))
+    return LiveMeasurement(rows, live_scale, simulated, server.stuck_unloads, reload_s, unload_s, tie_break)
 
 
 def run(argv: list[str]) -> int:
