@@ -1,7 +1,7 @@
-"""OpenAI's completions and chat completions through the real gateway to the real `llm` model
-(issue 21, section 1): the official `openai` client (sync, async, streaming), LangChain's
-ChatOpenAI, usage, stop, seeds, refusals in OpenAI's shape, and a client that leaves
-cancelling its generation in Triton (read from the model's own abort counter)."""
+"""OpenAI's completions and chat completions through the real gateway to the real `llm` model,
+as the OpenAI clients people already use see them: the official `openai` client (sync, async,
+streaming), LangChain's ChatOpenAI, usage, stop, seeds, refusals in OpenAI's shape, and a client
+that leaves cancelling its generation in Triton (read from the model's own abort counter)."""
 
 from __future__ import annotations
 

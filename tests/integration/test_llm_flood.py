@@ -1,6 +1,7 @@
-"""A flood of streams against one `llm` instance (issue 19, the crash of Triton 2.51's Python
-backend under ~280 concurrent streams): every stream must end with a final response, answered
-or refused with a clear error, and the server must stay live and keep answering."""
+"""A flood of streams against one `llm` instance (Triton 2.51's Python backend once crashed under
+~280 concurrent streams; the goal is that it never does again): every stream must end with a
+final response, answered or refused with a clear error, and the server must stay live and keep
+answering."""
 
 from __future__ import annotations
 

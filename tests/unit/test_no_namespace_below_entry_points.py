@@ -1,5 +1,6 @@
 """Only entry points read an `argparse.Namespace`: every function below them takes the typed
-settings that own its options (issue 18 §3). An AST scan keeps it that way.
+settings that own its options, so each option is declared and checked in one place. An AST
+scan keeps it that way.
 
 Allowed: modules named `__main__.py` or `cli*.py` (they parse argv), the `tools/cli/` package
 (the helpers those entry points share), and a settings class's own `*_cli_args` methods

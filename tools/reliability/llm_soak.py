@@ -1,4 +1,5 @@
-"""`python -m tools.reliability.llm_soak`: a bounded soak of the `llm` model (issue 21, section 4).
+"""`python -m tools.reliability.llm_soak`: a bounded soak of the `llm` model: it must stay up,
+refuse cleanly and hold its memory steady under sustained mixed traffic.
 
 A steady, sub-capacity rate of streaming requests through the three paths (gRPC streaming,
 Triton's /generate_stream, the gateway's OpenAI streaming chat; tools/reliability/llm_traffic.py),

@@ -30,7 +30,8 @@ from tools.triton_client import TritonError
 log = logging.getLogger("simulate")
 
 FIGURES = ("throughput_rps", "p99_ms", "avg_batch")
-TARGETS = {"throughput_rps": 0.10, "p99_ms": 0.25, "avg_batch": 0.20}  # median absolute error, issue 13
+# the median absolute error within which the simulator can rank configs before they are measured
+TARGETS = {"throughput_rps": 0.10, "p99_ms": 0.25, "avg_batch": 0.20}
 
 
 @dataclass(frozen=True)

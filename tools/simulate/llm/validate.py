@@ -3,7 +3,8 @@
 Each row is one (config, level): the live figures from a real Triton, the simulated ones
 from the same requests, arrivals and level length, and the relative error of each figure
 (predicted / measured - 1). The summary is the median absolute error per figure, against
-the goals of issue 20 (Vidur's): throughput within 10 %, TTFT p99 and TPOT p50 within 20 %.
+the goals (`GOALS`, Vidur's): throughput within 10 %, TTFT p99 and TPOT p50 within 20 %, close
+enough to rank configs by simulation before measuring the few best live.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def _score(row: dict) -> tuple:
 
 def grid_prediction_errors(grid: dict, predicted: str = "predicted") -> dict:
     """The simulator's median |error| over the grid's measured candidates, the anchor left out
-    (its level scaled the model): issue 20's accuracy goals on every config of the space.
+    (its level scaled the model): the simulator's accuracy goals (validate.GOALS) on every config of the space.
     `predicted="predicted_as_calibrated"`: against the model before the live scale."""
     held_out = [row for row in grid["measured"] if "anchor" not in row["role"] and predicted in row]
     rows = [{"errors": {name: relative_error(row[predicted].get(name), row["measured"].get(name)) for name in GOALS}} for row in held_out]
