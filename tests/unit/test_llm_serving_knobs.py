@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from llm.contract import EngineConfig, SchedulerConfig
 from llm.serving.knobs import KNOWN, KnobError, knobs_to_parameters, parameters_from_json, parameters_from_pbtxt, parse_knobs
-from tools.paths import MODEL_REPOSITORY
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.repo.model_config import load_config
 
 CONFIG = MODEL_REPOSITORY / "llm" / "config.pbtxt"
@@ -40,6 +41,20 @@ def test_the_committed_config_serves_exactly_the_contract_defaults() -> None:
         if getattr(config, name) != getattr(default, name)
     }
     assert not differ, f"config.pbtxt and llm/contract.py disagree (knob: (config, contract)): {differ}"
+
+
+def test_the_docs_knob_table_names_every_knob_with_its_default() -> None:
+    """docs/llm.md's table is what users read: its defaults are the contract's."""
+    table = dict(re.findall(r"^\| `(\w+)` \| `?([^`|]+?)`? \|", (REPO_ROOT / "docs" / "llm.md").read_text(), flags=re.M))
+    assert set(KNOWN) <= set(table), f"knobs missing from docs/llm.md's table: {sorted(set(KNOWN) - set(table))}"
+    documented = parse_knobs({name: table[name] for name in KNOWN})
+    differ = {
+        name: (getattr(docs, name), getattr(default, name))
+        for docs, default in zip(documented, (SchedulerConfig(), EngineConfig()))
+        for name in (field.name for field in dataclasses.fields(default))
+        if getattr(docs, name) != getattr(default, name)
+    }
+    assert not differ, f"docs/llm.md and llm/contract.py disagree (knob: (docs, contract)): {differ}"
 
 
 def test_the_committed_config_is_decoupled_with_the_model_batching_itself() -> None:
