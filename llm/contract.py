@@ -42,6 +42,7 @@ class ScheduledChunk:
     start_position: int  # position of token_ids[0] = tokens of this sequence already in the KV cache
     block_table: Sequence[int]  # the sequence's KV blocks, covering start_position + len(token_ids)
     sample: bool  # the chunk ends at the sequence's last known token: return its next-token logits
+    adapter_slot: int = -1  # the executor's LoRA slot of the sequence's adapter (llm.engine.lora); -1: the base model
 
 
 class StepExecutor(Protocol):

@@ -13,6 +13,7 @@ from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
+from llm.engine.lora import LoraSlots
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan, check_chunk
@@ -61,13 +62,19 @@ class LlamaExecutor:
         dims, tensors = load_checkpoint(Path(folder))
         return cls(dims, tensors, config)
 
+    def enable_lora(self, max_loras: int, max_lora_rank: int) -> LoraSlots:
+        """Make `max_loras` adapter slots of rank up to `max_lora_rank`; chunks then name theirs
+        (ScheduledChunk.adapter_slot), and a step mixes rows of any of them."""
+        self.model.lora = LoraSlots(self.dims, max_loras, max_lora_rank, self.model.dtype, self.device)
+        return self.model.lora
+
     @property
     def vocab_size(self) -> int:
         return self.dims.vocab_size
 
     def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
         """Logits [chunks with sample=True, vocabulary] float32, in chunk order."""
-        if self.compiled_decode is not None and is_decode_only(chunks):
+        if self.compiled_decode is not None and is_decode_only(chunks) and all(chunk.adapter_slot < 0 for chunk in chunks):
             for chunk in chunks:
                 check_chunk(chunk, self.block_size, self.num_blocks, self.max_model_len)
             inputs = decode_inputs(chunks, self.block_size, self.device)

@@ -19,6 +19,7 @@ from llm.engine.attention import PagedDecodeAttention
 from llm.engine.checkpoint import LlamaDims, layer_key
 from llm.engine.kv_cache import PagedKVCache
 from llm.engine.linear import Linear, make_linear
+from llm.engine.lora import LoraSlots
 from llm.engine.row_ops import RowOps, row_ops_for
 from llm.engine.step_plan import StepPlan
 
@@ -118,6 +119,7 @@ class LlamaModel:
         cos, sin = rope_tables(dims, max_len, device)
         self.cos, self.sin = cos.to(dtype), sin.to(dtype)
         self._keys, self._values = GatherBuffer(), GatherBuffer()  # one engine thread runs forward()
+        self.lora: LoraSlots | None = None  # resident adapters (LlamaExecutor.enable_lora)
 
     def forward(self, plan: StepPlan, cache: PagedKVCache) -> torch.Tensor:
         """Next-token logits [sample rows, vocabulary] (float32)."""
@@ -131,9 +133,19 @@ class LlamaModel:
         paged, scale = self.paged_attention, head_dim**-0.5
         span_bias = [None if span.mask is None else additive_mask(span.mask, self.dtype) for span in plan.prefills]
         rows_ops, last_layer = self.rows, len(self.layers) - 1
+        lora, adapter_slots = self.lora, plan.adapter_slots
+        if adapter_slots is not None and lora is None:
+            raise ValueError("a chunk names a LoRA slot, but no adapters are enabled")
+
+        def project(linear: Linear, projection: str, index: int, x: torch.Tensor) -> torch.Tensor:
+            out = linear(x)
+            if adapter_slots is not None:
+                lora.add_delta(projection, index, x, out, adapter_slots)  # type: ignore[union-attr]
+            return out
+
         h = rows_ops.norm(x, self.layers[0].attn_norm)
         for index, layer in enumerate(self.layers):
-            qkv = layer.qkv(h)
+            qkv = project(layer.qkv, "qkv", index, h)
             qk = rows_ops.rotary_and_cache(
                 qkv, plan.positions, self.cos, self.sin, plan.slots, cache.k_slots[index], cache.v_slots[index], qk_heads
             )  # the step's K and V are in the cache after this
@@ -166,8 +178,8 @@ class LlamaModel:
                     values = self._values.gather(v_blocks, span.blocks).view(-1, kv_heads, head_dim)[: span.kv_len].transpose(0, 1)[None]
                     out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, enable_gqa=True)
                 attn[span.lo : span.hi] = out[0].transpose(0, 1)
-            h = rows_ops.add_norm(x, layer.o(attn.view(rows, heads * head_dim)), layer.mlp_norm)  # x += o(attn), in place
-            mlp = layer.down(rows_ops.silu_mul(layer.gate_up(h)))
+            h = rows_ops.add_norm(x, project(layer.o, "o", index, attn.view(rows, heads * head_dim)), layer.mlp_norm)  # x += o(attn)
+            mlp = project(layer.down, "down", index, rows_ops.silu_mul(project(layer.gate_up, "gate_up", index, h)))
             if index < last_layer:
                 h = rows_ops.add_norm(x, mlp, self.layers[index + 1].attn_norm)
             else:

@@ -79,6 +79,7 @@ class StepPlan:
     sample_rows: torch.Tensor  # [S] row of the last token of each sample=True chunk, in chunk order
     num_tokens: int
     kv_tokens_attended: int
+    adapter_slots: torch.Tensor | None = None  # [T] int64 LoRA slot per row (-1: none); None when no row has one
 
 
 def check_chunk(chunk: ScheduledChunk, block_size: int, num_blocks: int, max_model_len: int) -> None:
@@ -158,6 +159,10 @@ def build_plan(
 
     spans = [PrefillSpan(s.lo, s.hi, s.start, to_device(s.blocks), to_device(s.mask), s.kv_len) for s in spans]
     sample_rows = [last_row[i] for i, chunk in enumerate(chunks) if chunk.sample]
+    adapter_slots = None
+    if any(chunk.adapter_slot >= 0 for chunk in chunks):
+        per_row = [chunks[i].adapter_slot for i in decodes] + [chunks[i].adapter_slot for i in longer for _ in chunks[i].token_ids]
+        adapter_slots = torch.tensor(per_row, dtype=torch.long, device=device)
     return StepPlan(
         token_ids=torch.tensor(token_ids, dtype=torch.long, device=device),
         positions=torch.tensor(positions, dtype=torch.long, device=device),
@@ -168,4 +173,5 @@ def build_plan(
         sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=device),
         num_tokens=len(token_ids),
         kv_tokens_attended=kv_tokens,
+        adapter_slots=adapter_slots,
     )

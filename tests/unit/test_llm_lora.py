@@ -1,0 +1,186 @@
+"""LoRA adapters in one step (llm/engine/lora.py): each row's logits equal those of
+transformers with that row's adapter merged into the weights, whatever shares the step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm.contract import ScheduledChunk
+from llm.engine import LlamaDims
+from llm.engine.lora import PROJECTIONS, Adapter, AdapterError, module_widths
+
+pytest.importorskip("transformers")
+from tests.unit.tiny_llama import tiny_executor, tiny_hf_llama
+
+BLOCK = 4
+ATOL = 2e-4
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    return tiny_hf_llama()
+
+
+@pytest.fixture(scope="module")
+def dims(hf_model) -> LlamaDims:
+    return LlamaDims.from_hf_config(hf_model.config)
+
+
+def block_of(module: str) -> str:
+    return "self_attn" if module in PROJECTIONS["qkv"] + PROJECTIONS["o"] else "mlp"
+
+
+def write_adapter(folder: Path, dims: LlamaDims, seed: int, rank: int, alpha: float, modules: tuple[str, ...], **config) -> Path:
+    """An adapter in PEFT's files (the key names `get_peft_model(...).save_pretrained` writes)."""
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(seed)
+    widths = module_widths(dims)
+    tensors = {}
+    for layer in range(dims.num_layers):
+        for module in modules:
+            width_in, width_out = widths[module]
+            prefix = f"base_model.model.model.layers.{layer}.{block_of(module)}.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, width_in, generator=generator) * 0.3
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(width_out, rank, generator=generator) * 0.3
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    settings = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": list(modules), "bias": "none", **config}
+    (folder / "adapter_config.json").write_text(json.dumps(settings))
+    return folder
+
+
+def merged_hf_logits(hf_model, adapter: Adapter | None, tokens: list[int]) -> torch.Tensor:
+    """transformers' next-token logits with `adapter` merged into its weights (W + scale B A)."""
+    state = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
+    if adapter is not None:
+        for (layer, module), (a, b) in adapter.matrices.items():
+            name = f"model.layers.{layer}.{block_of(module)}.{module}.weight"
+            state[name] = state[name] + adapter.scale * (b @ a)
+    merged = type(hf_model)(hf_model.config).eval()
+    merged.load_state_dict(state)
+    with torch.no_grad():
+        return merged(torch.tensor([tokens])).logits[0, -1].float()
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    return torch.randint(3, 97, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+ALL_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory, dims) -> list[Adapter]:
+    root = tmp_path_factory.mktemp("adapters")
+    specs = [  # ranks below the slots' maximum, only some modules, rsLoRA
+        ("every-module", 4, 8.0, ALL_MODULES, {}),
+        ("attention-only", 2, 4.0, ("q_proj", "v_proj"), {}),
+        ("mlp-rslora", 3, 6.0, ("gate_proj", "down_proj"), {"use_rslora": True}),
+    ]
+    return [
+        Adapter.from_peft(name, write_adapter(root / name, dims, seed, rank, alpha, modules, **extra), dims)
+        for seed, (name, rank, alpha, modules, extra) in enumerate(specs)
+    ]
+
+
+@pytest.mark.parametrize("attention", ["paged", "padded"])
+def test_a_step_mixing_adapters_gives_each_row_its_merged_models_logits(hf_model, adapters, attention) -> None:
+    from llm.engine.kernels.load import KernelUnavailable
+
+    try:
+        executor = tiny_executor(hf_model, 64, BLOCK, attention=attention)
+    except KernelUnavailable as error:
+        pytest.skip(str(error))
+    slots = executor.enable_lora(max_loras=4, max_lora_rank=4)
+    for slot, adapter in enumerate(adapters):
+        slots.load(slot, adapter)
+    prompts = [prompt(seed, 9 + seed) for seed in range(4)]  # three adapters and the base model
+    adapter_of = [0, 1, 2, -1]
+    tables = [[8 * i + j for j in range(8)] for i in range(4)]
+    executor.execute([ScheduledChunk(i, p[:-1], 0, tables[i], False, adapter_of[i]) for i, p in enumerate(prompts)])
+    logits = executor.execute([ScheduledChunk(i, p[-1:], len(p) - 1, tables[i], True, adapter_of[i]) for i, p in enumerate(prompts)])
+    for i, p in enumerate(prompts):
+        adapter = adapters[adapter_of[i]] if adapter_of[i] >= 0 else None
+        torch.testing.assert_close(logits[i], merged_hf_logits(hf_model, adapter, p), atol=ATOL, rtol=0)
+    # the adapters change the logits: the check above is not the base model passing for all
+    assert not torch.allclose(logits[0], merged_hf_logits(hf_model, None, prompts[0]), atol=1e-2)
+
+
+def test_the_kernel_and_torchs_per_slot_delta_agree_in_bfloat16(hf_model, dims, adapters) -> None:
+    from llm.engine.lora import LoraSlots
+
+    slots = LoraSlots(dims, 4, 4, torch.bfloat16, torch.device("cpu"))
+    if slots._kernel is None:
+        pytest.skip("the lora_delta kernel cannot run here")
+    for slot, adapter in enumerate(adapters):
+        slots.load(slot, adapter)
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(7, dims.hidden_size, generator=generator).to(torch.bfloat16)
+    row_slots = torch.tensor([2, -1, 0, 0, 1, 2, -1])
+    base = torch.randn(7, module_widths(dims)["q_proj"][1] + 2 * module_widths(dims)["k_proj"][1], generator=generator).to(torch.bfloat16)
+    by_kernel, by_torch = base.clone(), base.clone()
+    slots.add_delta("qkv", 1, x, by_kernel, row_slots)
+    slots._kernel = None
+    slots.add_delta("qkv", 1, x, by_torch, row_slots)
+    torch.testing.assert_close(by_kernel.float(), by_torch.float(), atol=0.05, rtol=0.02)
+    assert torch.equal(by_kernel[1], base[1]) and torch.equal(by_kernel[6], base[6])  # rows without an adapter untouched
+    assert not torch.equal(by_kernel[2], base[2])  # slot 0 adapts q, k and v
+    assert torch.equal(by_kernel[0], base[0])  # slot 2 adapts only the MLP: no qkv delta
+
+
+def test_a_rank_above_the_slots_maximum_is_refused_by_name(dims, adapters) -> None:
+    from llm.engine.lora import LoraSlots
+
+    slots = LoraSlots(dims, 2, 2, torch.float32, torch.device("cpu"))
+    with pytest.raises(AdapterError, match=r"'every-module': rank 4 is above max_lora_rank 2"):
+        slots.load(0, adapters[0])
+
+
+def test_a_chunk_naming_a_slot_without_adapters_enabled_is_refused(hf_model) -> None:
+    executor = tiny_executor(hf_model, 16, BLOCK, attention="padded")
+    with pytest.raises(ValueError, match="no adapters are enabled"):
+        executor.execute([ScheduledChunk(0, [5, 6, 7], 0, [0, 1], True, 0)])
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("no-weights", "no adapter_model.safetensors"),
+        ("wrong-shape", r"layer 0 q_proj has A \(4, 7\)"),
+        ("unknown-tensor", "is not a LoRA A or B of a known projection"),
+        ("dora", "DoRA"),
+        ("not-json", "is not a LoRA config"),
+        ("damaged-weights", "cannot read"),
+    ],
+)
+def test_a_malformed_adapter_is_refused_with_the_reason(tmp_path, dims, damage, problem) -> None:
+    from safetensors.torch import save_file
+
+    folder = write_adapter(tmp_path / "bad", dims, 0, 4, 8.0, ("q_proj",))
+    weights = folder / "adapter_model.safetensors"
+    if damage == "no-weights":
+        weights.unlink()
+    elif damage == "wrong-shape":
+        save_file(
+            {
+                "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 7),
+                "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(48, 4),
+            },
+            str(weights),
+        )
+    elif damage == "unknown-tensor":
+        save_file({"base_model.model.model.layers.0.self_attn.rotary.lora_A.weight": torch.zeros(4, 48)}, str(weights))
+    elif damage == "dora":
+        (folder / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "use_dora": True}))
+    elif damage == "not-json":
+        (folder / "adapter_config.json").write_text("{r: 4")
+    elif damage == "damaged-weights":
+        weights.write_bytes(weights.read_bytes()[:40])
+    with pytest.raises(AdapterError, match=problem) as raised:
+        Adapter.from_peft("bad", folder, dims)
+    assert "'bad'" in str(raised.value)
