@@ -8,7 +8,7 @@ on one thread. Each side is testable without the other (a fake executor for the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +31,7 @@ class SamplingParams:
     min_tokens: int = 0
     priority: int = 0  # lower value = served first (vLLM's convention); Triton does not pass its own priority to Python models
     queue_timeout_ms: float | None = None  # ours, not vLLM's: a request not scheduled within this long after arrival fails ("timeout")
+    lora_name: str | None = None  # the LoRA adapter to generate with (the key Triton's vLLM backend reads); None: the base model
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class StepExecutor(Protocol):
     num_blocks: int  # KV blocks preallocated
     max_model_len: int  # context window (positions)
     eos_token_ids: frozenset[int]
+    adapter_slots: Mapping[str, int]  # LoRA adapter name -> its slot (ScheduledChunk.adapter_slot); empty: none
 
     def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
         """Logits [number of chunks with sample=True, vocabulary] (float32), in chunk order."""
@@ -157,6 +159,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 80  # a prompt's chunk per step (Sarathi-Serve's chunked prefill)
     max_wait_ms: float = 0.0  # how long a partly filled step (request mode: a partly filled batch) may wait for arrivals
     max_waiting: int = 256  # waiting requests beyond which a new one is rejected
+    max_loras: int = 4  # distinct LoRA adapters among the running sequences (vLLM's max_loras); a request for another waits
     enable_prefix_caching: bool = True  # share full KV blocks of equal prefixes across requests (vLLM's name)
 
 
@@ -171,3 +174,4 @@ class EngineConfig:
     kv_cache_bytes: int = 2**30  # KV memory budget, preallocated as blocks (1 GiB)
     max_model_len: int = 8192  # context window (SmolLM2: 8,192)
     num_threads: int = 0  # torch intra-op threads; 0: torch's default
+    max_lora_rank: int = 16  # the largest LoRA rank an adapter may have (vLLM's max_lora_rank); the slots are this wide

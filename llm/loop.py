@@ -143,6 +143,7 @@ class EngineLoop:
     def submit(self, request: GenerationRequest, on_output: OutputCallback, is_cancelled: Callable[[], bool] | None = None) -> None:
         """Queue a request; raises QueueFullError at `max_waiting`, ValueError when it cannot fit."""
         self.scheduler.check_fits(len(request.prompt_token_ids), request.params.max_tokens)
+        self._adapter_slot(request)
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the engine loop is stopped")
@@ -153,6 +154,17 @@ class EngineLoop:
             self._open_ids.add(request.request_id)
             self._inbox.append(_Submission(request, on_output, is_cancelled))
             self._cv.notify()
+
+    def _adapter_slot(self, request: GenerationRequest) -> int:
+        """The executor's slot of the request's LoRA adapter (-1: none); ValueError naming an unknown one."""
+        name = request.params.lora_name
+        if name is None:
+            return -1
+        slots = self.executor.adapter_slots
+        if name not in slots:
+            served = ", ".join(sorted(slots)) or "none"
+            raise ValueError(f"unknown LoRA adapter {name!r} (lora_name); this model serves: {served}")
+        return slots[name]
 
     def cancel(self, request_id: str) -> None:
         """Abort a request within a step: its blocks are freed, it gets finish_reason "abort"."""
@@ -258,7 +270,7 @@ class EngineLoop:
         if limits is not None:
             self.scheduler.set_step_limits(**{name: getattr(limits, name) for name in Scheduler.LIVE_KNOBS})
         for submission in submissions:
-            seq = Sequence.from_request(self._next_seq_id, submission.request)
+            seq = Sequence.from_request(self._next_seq_id, submission.request, self._adapter_slot(submission.request))
             self._next_seq_id += 1
             params = submission.request.params
             state = OutputState(

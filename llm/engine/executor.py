@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -13,10 +14,12 @@ from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
-from llm.engine.lora import LoraSlots
+from llm.engine.lora import ADAPTER_LIST, Adapter, AdapterError, LoraSlots, read_adapter_list
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan, check_chunk
+
+log = logging.getLogger(__name__)
 
 
 class LlamaExecutor:
@@ -34,6 +37,7 @@ class LlamaExecutor:
         attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype)
         config = dataclasses.replace(config, attention=attention)
         self.dims, self.config = dims, config
+        self.adapter_errors: dict[str, str] = {}  # LoRA adapters listed but not loaded: name -> reason
         self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
         # the compiled decode graph cannot take oneDNN-prepacked weights (llm.engine.linear.DenseLinear)
         self.model = LlamaModel(
@@ -59,8 +63,35 @@ class LlamaExecutor:
 
     @classmethod
     def from_checkpoint(cls, folder: Path, config: EngineConfig) -> LlamaExecutor:
+        """The checkpoint in `folder`, with the LoRA adapters its `multi_lora.json` lists."""
         dims, tensors = load_checkpoint(Path(folder))
-        return cls(dims, tensors, config)
+        executor = cls(dims, tensors, config)
+        adapter_list = Path(folder) / ADAPTER_LIST
+        if adapter_list.is_file():
+            executor.load_adapters(read_adapter_list(adapter_list))
+        return executor
+
+    def load_adapters(self, folders: Mapping[str, Path]) -> dict[str, str]:
+        """One slot per listed adapter, all resident. An adapter that cannot be used is left out
+        with its reason logged and returned (name -> reason); the others serve."""
+        slots = self.enable_lora(max(len(folders), 1), self.config.max_lora_rank)
+        refused: dict[str, str] = {}
+        slot = 0
+        for name, folder in folders.items():
+            try:
+                slots.load(slot, Adapter.from_peft(name, folder, self.dims))
+            except AdapterError as error:
+                refused[name] = str(error)
+                log.error("LoRA adapter not loaded, the others serve: %s", error)
+                continue
+            slot += 1
+        self.adapter_errors = refused
+        return refused
+
+    @property
+    def adapter_slots(self) -> dict[str, int]:
+        lora = self.model.lora
+        return {} if lora is None else {name: slot for slot, name in enumerate(lora.names) if name is not None}
 
     def enable_lora(self, max_loras: int, max_lora_rank: int) -> LoraSlots:
         """Make `max_loras` adapter slots of rank up to `max_lora_rank`; chunks then name theirs

@@ -35,12 +35,14 @@ def block_hash(parent: BlockHash, token_ids: Sequence[int]) -> BlockHash:
     return hashlib.sha256(parent + array("q", token_ids).tobytes()).digest()
 
 
-def chain_hashes(token_ids: Sequence[int], block_size: int, known: list[BlockHash], num_tokens: int | None = None) -> list[BlockHash]:
+def chain_hashes(
+    token_ids: Sequence[int], block_size: int, known: list[BlockHash], num_tokens: int | None = None, root: BlockHash = ROOT_HASH
+) -> list[BlockHash]:
     """Extend `known` (the hashes of the first blocks) to every full block of the first
-    `num_tokens` of `token_ids` (all of them by default)."""
+    `num_tokens` of `token_ids` (all of them by default); `root` is the first block's parent."""
     end = len(token_ids) if num_tokens is None else num_tokens
     for index in range(len(known), end // block_size):
-        parent = known[-1] if known else ROOT_HASH
+        parent = known[-1] if known else root
         known.append(block_hash(parent, token_ids[index * block_size : (index + 1) * block_size]))
     return known
 

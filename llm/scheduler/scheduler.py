@@ -266,14 +266,25 @@ class Scheduler:
         budget = self._budget_left(plan)
         if budget <= 0 or len(self.running) >= self.max_batch or len(plan) >= self.config.max_num_seqs:
             return None
+        if not self._adapter_fits(seq):
+            return None  # as the head, it blocks the queue: the running adapters drain, none starves
         hit: list[int] = []
         if self.blocks.prefix_caching:
-            hit = self.blocks.lookup(chain_hashes(seq.token_ids, self.blocks.block_size, seq.block_hashes), seq.num_tokens)
+            hashes = chain_hashes(seq.token_ids, self.blocks.block_size, seq.block_hashes, root=seq.hash_root)
+            hit = self.blocks.lookup(hashes, seq.num_tokens)
         cached = len(hit) * self.blocks.block_size
         count = min(seq.num_tokens - cached, self.config.long_prefill_token_threshold, budget)
         if self.blocks.blocks_needed(hit, cached + count) > self.blocks.num_free:
             return None
         return _Admission(hit, cached, count)
+
+    def _adapter_fits(self, seq: Sequence) -> bool:
+        """At most `max_loras` distinct adapters among the running sequences (the base model is none)."""
+        name = seq.request.params.lora_name
+        if name is None:
+            return True
+        running = {other.request.params.lora_name for other in self.running} - {None}
+        return name in running or len(running) < self.config.max_loras
 
     def _displace_for(self, seq: Sequence, plan: list[_Entry], preempted: list[Sequence], displaced: set[int]) -> _Admission | None:
         """Priority preemption (vLLM's priority policy): preempt the lowest-ranked running
@@ -316,6 +327,7 @@ class Scheduler:
             start_position=start,
             block_table=tuple(seq.block_table),
             sample=start + count == seq.num_tokens,
+            adapter_slot=seq.adapter_slot,
         )
 
     def commit(self, plan: StepPlan, sampled: Mapping[int, int]) -> None:
@@ -328,7 +340,7 @@ class Scheduler:
             before = seq.num_computed_tokens // size
             seq.num_computed_tokens += len(chunk.token_ids)
             if self.blocks.prefix_caching and seq.num_computed_tokens // size > before:
-                hashes = chain_hashes(seq.token_ids, size, seq.block_hashes, seq.num_computed_tokens)
+                hashes = chain_hashes(seq.token_ids, size, seq.block_hashes, seq.num_computed_tokens, seq.hash_root)
                 full = seq.num_computed_tokens // size
                 self.blocks.register(seq.block_table[before:full], hashes[before:full])
             if chunk.sample:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 
 from llm.contract import GenerationRequest
-from llm.scheduler.block_manager import BlockHash
+from llm.scheduler.block_manager import ROOT_HASH, BlockHash
 
 
 class SequenceStatus(Enum):
@@ -31,11 +32,18 @@ class Sequence:
     num_preemptions: int = 0
     first_scheduled: float | None = None
     block_hashes: list[BlockHash] = field(default_factory=list)  # chained hashes of full blocks (prefix caching)
+    adapter_slot: int = -1  # the executor's LoRA slot of request.params.lora_name; -1: the base model
 
     @classmethod
-    def from_request(cls, seq_id: int, request: GenerationRequest) -> Sequence:
+    def from_request(cls, seq_id: int, request: GenerationRequest, adapter_slot: int = -1) -> Sequence:
         tokens = list(request.prompt_token_ids)
-        return cls(seq_id=seq_id, request=request, token_ids=tokens, num_prompt_tokens=len(tokens))
+        return cls(seq_id=seq_id, request=request, token_ids=tokens, num_prompt_tokens=len(tokens), adapter_slot=adapter_slot)
+
+    @property
+    def hash_root(self) -> BlockHash:
+        """The parent of its first block's hash: KV computed under one adapter never serves another."""
+        name = self.request.params.lora_name
+        return ROOT_HASH if name is None else hashlib.sha256(b"lora:" + name.encode()).digest()
 
     @property
     def request_id(self) -> str:

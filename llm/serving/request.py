@@ -92,6 +92,14 @@ def _check_timeout(key: str, value: object) -> float | None:
     return timeout
 
 
+def _check_lora_name(key: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise RequestError(f"sampling_parameters.{key} must be an adapter's name, got {json.dumps(value)}")
+    return value
+
+
 CHECKS = {
     "max_tokens": _check_int,
     "temperature": _check_float,
@@ -103,6 +111,7 @@ CHECKS = {
     "min_tokens": _check_int,
     "priority": _check_int,
     "queue_timeout_ms": _check_timeout,
+    "lora_name": _check_lora_name,  # the adapter (model_repository/llm/1/multi_lora.json), as Triton's vLLM backend names it
 }
 
 

@@ -129,6 +129,8 @@ class VllmServing:
             raise RequestError("llm_control retunes the native engine's loop; with engine vllm, reload the model with a config override")
         limit = self.knobs.max_model_len
         parsed = parse_request(self.io.inputs(request), max_tokens_limit=limit - 1, request_parameters=raw_parameters)
+        if parsed.params.lora_name is not None:
+            raise RequestError(f"unknown LoRA adapter {parsed.params.lora_name!r} (lora_name): the vLLM engine of this model serves none")
         prompt_ids = self.tokenizer.encode(parsed.prompt)
         check_request_fits(len(prompt_ids), parsed.params.max_tokens, limit)  # vLLM sizes its KV cache itself
         with self._lock:

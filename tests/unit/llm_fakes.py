@@ -44,6 +44,7 @@ class FakeExecutor:
         self.num_blocks = num_blocks
         self.max_model_len = max_model_len
         self.eos_token_ids = frozenset({EOS})
+        self.adapter_slots: dict[str, int] = {}
         self.rule = rule
         self.plans: list[tuple[ScheduledChunk, ...]] = []
         self._kv: dict[int, list[int | None]] = {}

@@ -184,3 +184,35 @@ def test_a_malformed_adapter_is_refused_with_the_reason(tmp_path, dims, damage, 
     with pytest.raises(AdapterError, match=problem) as raised:
         Adapter.from_peft("bad", folder, dims)
     assert "'bad'" in str(raised.value)
+
+
+def test_the_checkpoints_adapter_list_loads_every_good_adapter_and_names_the_bad_one(tmp_path, hf_model, dims, adapters) -> None:
+    from llm.contract import EngineConfig
+    from llm.engine import LlamaExecutor, save_checkpoint
+    from llm.engine.checkpoint import fuse_hf_state_dict
+
+    folder = tmp_path / "1"
+    save_checkpoint(folder, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
+    write_adapter(tmp_path / "adapters" / "good", dims, 0, 4, 8.0, ALL_MODULES)
+    write_adapter(tmp_path / "adapters" / "bad", dims, 1, 4, 8.0, ("q_proj",))
+    (tmp_path / "adapters" / "bad" / "adapter_config.json").write_text("{r: 4")
+    (folder / "multi_lora.json").write_text(json.dumps({"bad": "../adapters/bad", "good": str(tmp_path / "adapters" / "good")}))
+    config = EngineConfig(block_size=BLOCK, kv_cache_bytes=1 << 20, max_model_len=64, max_lora_rank=8, attention="padded")
+    executor = LlamaExecutor.from_checkpoint(folder, config)
+    assert executor.adapter_slots == {"good": 0}
+    assert "'bad'" in executor.adapter_errors["bad"] and "is not a LoRA config" in executor.adapter_errors["bad"]
+    tokens = prompt(7, 10)
+    logits = executor.execute([ScheduledChunk(0, tokens, 0, [0, 1, 2], True, executor.adapter_slots["good"])])
+    good = Adapter.from_peft("good", tmp_path / "adapters" / "good", dims)
+    torch.testing.assert_close(logits[0], merged_hf_logits(hf_model, good, tokens), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("listing", "problem"), [("[1, 2]", "must map adapter names to folders"), ("{", "is not JSON"), ('{" ": "x"}', "empty name")]
+)
+def test_a_malformed_adapter_list_is_refused_with_the_reason(tmp_path, listing, problem) -> None:
+    from llm.engine.lora import read_adapter_list
+
+    (tmp_path / "multi_lora.json").write_text(listing)
+    with pytest.raises(AdapterError, match=problem):
+        read_adapter_list(tmp_path / "multi_lora.json")

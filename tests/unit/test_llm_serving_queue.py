@@ -18,7 +18,7 @@ class Tokens:
 class SubmittingExecutor:
     """A fake engine that runs `during_step` inside its first step, as a request arriving then would."""
 
-    block_size, num_blocks, max_model_len, eos_token_ids = 16, 64, 256, frozenset({0})
+    block_size, num_blocks, max_model_len, eos_token_ids, adapter_slots = 16, 64, 256, frozenset({0}), {}
 
     def __init__(self) -> None:
         self.during_step = None

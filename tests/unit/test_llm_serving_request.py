@@ -42,6 +42,11 @@ def test_every_sampling_parameter_is_read_with_vllm_names() -> None:
     assert parse(sampling_parameters=raw).params == SamplingParams(7, 0.5, 0.9, 40, 3, ("\n", "."), True, 2, 1)
 
 
+def test_the_adapter_is_named_by_lora_name_as_the_vllm_backend_reads_it() -> None:
+    assert parse(sampling_parameters=sampling(lora_name="pirate")).params.lora_name == "pirate"
+    assert parse(sampling_parameters=sampling(max_tokens=3)).params.lora_name is None
+
+
 def test_a_single_stop_string_is_accepted() -> None:
     assert parse(sampling_parameters=sampling(stop="END")).params.stop == ("END",)
 
@@ -80,6 +85,8 @@ def test_the_return_flags_ask_for_the_additional_outputs() -> None:
         ({"sampling_parameters": sampling(top_p=1.5)}, r"top_p must be in \(0, 1\]"),
         ({"sampling_parameters": sampling(top_k=-1)}, "top_k must be >= 0"),
         ({"sampling_parameters": sampling(max_tokens=4, min_tokens=5)}, "min_tokens must be in"),
+        ({"sampling_parameters": sampling(lora_name="")}, "lora_name must be an adapter's name"),
+        ({"sampling_parameters": sampling(lora_name=3)}, "lora_name must be an adapter's name"),
     ],
 )
 def test_bad_input_is_refused_with_a_message_naming_it(inputs: dict, message: str) -> None:

@@ -91,11 +91,14 @@ class NativeServing:
         self.max_model_len = self.loop.executor.max_model_len
         self.engine_config = self.loop.executor.config  # with `attention: auto` resolved too, for the log below
         self.sends = SendQueue()  # after the load: a failed one leaves no thread behind
+        for name, reason in self.loop.executor.adapter_errors.items():
+            pb_utils.Logger.log_error(f"llm: LoRA adapter {name!r} is not served (the others are): {reason}")
         if self.metrics is not None:
             self.metrics.watch(self.loop.snapshot)
         self._ids = itertools.count()
         pb_utils.Logger.log_info(
-            f"llm: {folder} loaded in {time.monotonic() - started:.1f} s; {self.scheduler_config}; {self.engine_config}"
+            f"llm: {folder} loaded in {time.monotonic() - started:.1f} s; {self.scheduler_config}; {self.engine_config}; "
+            f"LoRA adapters: {', '.join(sorted(self.loop.executor.adapter_slots)) or 'none'}"
         )
 
     def execute(self, requests) -> None:
