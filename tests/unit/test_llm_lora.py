@@ -4,7 +4,6 @@ transformers with that row's adapter merged into the weights, whatever shares th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch
 from llm.contract import ScheduledChunk
 from llm.engine import LlamaDims
 from llm.engine.lora import PROJECTIONS, Adapter, AdapterError, module_widths
+from tools.lora.random_adapters import ALL_MODULES, write_adapter
 
 pytest.importorskip("transformers")
 from tests.unit.tiny_llama import tiny_executor, tiny_hf_llama
@@ -34,26 +34,6 @@ def block_of(module: str) -> str:
     return "self_attn" if module in PROJECTIONS["qkv"] + PROJECTIONS["o"] else "mlp"
 
 
-def write_adapter(folder: Path, dims: LlamaDims, seed: int, rank: int, alpha: float, modules: tuple[str, ...], **config) -> Path:
-    """An adapter in PEFT's files (the key names `get_peft_model(...).save_pretrained` writes)."""
-    from safetensors.torch import save_file
-
-    generator = torch.Generator().manual_seed(seed)
-    widths = module_widths(dims)
-    tensors = {}
-    for layer in range(dims.num_layers):
-        for module in modules:
-            width_in, width_out = widths[module]
-            prefix = f"base_model.model.model.layers.{layer}.{block_of(module)}.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, width_in, generator=generator) * 0.3
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(width_out, rank, generator=generator) * 0.3
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
-    settings = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": list(modules), "bias": "none", **config}
-    (folder / "adapter_config.json").write_text(json.dumps(settings))
-    return folder
-
-
 def merged_hf_logits(hf_model, adapter: Adapter | None, tokens: list[int]) -> torch.Tensor:
     """transformers' next-token logits with `adapter` merged into its weights (W + scale B A)."""
     state = {name: tensor.clone() for name, tensor in hf_model.state_dict().items()}
@@ -71,9 +51,6 @@ def prompt(seed: int, length: int) -> list[int]:
     return torch.randint(3, 97, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-ALL_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory, dims) -> list[Adapter]:
     root = tmp_path_factory.mktemp("adapters")
@@ -83,7 +60,7 @@ def adapters(tmp_path_factory, dims) -> list[Adapter]:
         ("mlp-rslora", 3, 6.0, ("gate_proj", "down_proj"), {"use_rslora": True}),
     ]
     return [
-        Adapter.from_peft(name, write_adapter(root / name, dims, seed, rank, alpha, modules, **extra), dims)
+        Adapter.from_peft(name, write_adapter(root / name, dims, seed, rank, alpha, modules, std=0.3, **extra), dims)
         for seed, (name, rank, alpha, modules, extra) in enumerate(specs)
     ]
 
@@ -193,7 +170,7 @@ def test_the_checkpoints_adapter_list_loads_every_good_adapter_and_names_the_bad
 
     folder = tmp_path / "1"
     save_checkpoint(folder, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
-    write_adapter(tmp_path / "adapters" / "good", dims, 0, 4, 8.0, ALL_MODULES)
+    write_adapter(tmp_path / "adapters" / "good", dims, 0, 4, 8.0, ALL_MODULES, std=0.3)
     write_adapter(tmp_path / "adapters" / "bad", dims, 1, 4, 8.0, ("q_proj",))
     (tmp_path / "adapters" / "bad" / "adapter_config.json").write_text("{r: 4")
     (folder / "multi_lora.json").write_text(json.dumps({"bad": "../adapters/bad", "good": str(tmp_path / "adapters" / "good")}))
@@ -216,3 +193,22 @@ def test_a_malformed_adapter_list_is_refused_with_the_reason(tmp_path, listing, 
     (tmp_path / "multi_lora.json").write_text(listing)
     with pytest.raises(AdapterError, match=problem):
         read_adapter_list(tmp_path / "multi_lora.json")
+
+
+def test_the_random_adapter_tool_writes_adapters_the_engine_reads_and_lists_them(tmp_path, hf_model, dims) -> None:
+    from llm.engine import save_checkpoint
+    from llm.engine.checkpoint import fuse_hf_state_dict
+    from llm.engine.lora import read_adapter_list
+    from tools.lora.random_adapters import main
+
+    checkpoint = tmp_path / "model" / "1"
+    save_checkpoint(checkpoint, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
+    adapter_list = checkpoint / "multi_lora.json"
+    argv = ["--count", "3", "--rank", "2", "--out", str(tmp_path / "adapters"), "--checkpoint", str(checkpoint), "-q"]
+    assert main([*argv, "--list", str(adapter_list)]) == 0
+    listed = read_adapter_list(adapter_list)
+    assert sorted(listed) == ["random-0", "random-1", "random-2"]
+    loaded = [Adapter.from_peft(name, folder, dims) for name, folder in listed.items()]
+    assert {adapter.rank for adapter in loaded} == {2} and all(len(adapter.matrices) == 7 * dims.num_layers for adapter in loaded)
+    assert not torch.equal(loaded[0].matrices[(0, "q_proj")][0], loaded[1].matrices[(0, "q_proj")][0])
+    assert main([*argv, "--checkpoint", str(tmp_path / "nowhere")]) == 2

@@ -1,0 +1,84 @@
+"""LoRA adapters served by the real Triton: the `llm` model with a multi_lora.json listing two
+random adapters and a broken one. Requests name their adapter (`lora_name`); requests for
+different adapters share steps and each gets what it gets alone; an unknown adapter is a
+clear error and the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from llm.artifacts import CONFIG_FILE
+from llm.engine.checkpoint import LlamaDims
+from tests.conftest import start_triton
+from tests.integration.llm_streams import generate
+from tools.contract import LLM_MODEL
+from tools.lora.random_adapters import add_to_list, write_adapter
+from tools.paths import MODEL_REPOSITORY
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "Write one sentence about the sea."
+ADAPTERS = ("random-0", "random-1")
+
+
+@pytest.fixture(scope="module")
+def lora_server(tmp_path_factory):
+    """Triton serving only `llm`, whose version folder links the exported checkpoint and lists
+    the adapters (made here: random, strong enough to change the greedy text)."""
+    root = tmp_path_factory.mktemp("lora")
+    source = MODEL_REPOSITORY / LLM_MODEL
+    version = root / "models" / LLM_MODEL / "1"
+    version.mkdir(parents=True)
+    shutil.copy(source / "config.pbtxt", version.parent / "config.pbtxt")
+    for item in (source / "1").iterdir():
+        if item.name != "multi_lora.json" and item.name != "__pycache__":
+            (version / item.name).symlink_to(item.resolve())
+    dims = LlamaDims.from_json((source / "1" / CONFIG_FILE).read_text())
+    made = {name: write_adapter(root / "adapters" / name, dims, seed, rank=8, alpha=16.0, std=0.05) for seed, name in enumerate(ADAPTERS)}
+    broken = root / "adapters" / "broken"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text("{not json")
+    add_to_list(version / "multi_lora.json", {**made, "broken": broken})
+    server = start_triton(
+        root / "triton.log", with_llm=True, model_repository=root / "models", model_control_mode="explicit", load_models=(LLM_MODEL,)
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def greedy(server, adapter: str | None) -> tuple[int, dict]:
+    sampling = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    if adapter is not None:
+        sampling["lora_name"] = adapter
+    body = {"text_input": PROMPT, "exclude_input_in_output": True, "sampling_parameters": json.dumps(sampling)}
+    status, (answer,) = generate(server.options.http_url, body)
+    return status, answer
+
+
+def test_each_adapter_changes_the_text_and_mixed_steps_give_each_request_its_own(lora_server) -> None:
+    alone = {}
+    for adapter in (None, *ADAPTERS):
+        status, answer = greedy(lora_server, adapter)
+        assert status == 200, answer
+        alone[adapter] = answer["text_output"]
+    assert len(set(alone.values())) == 3, alone  # the base model and two adapters: three texts
+    with ThreadPoolExecutor(6) as pool:  # two requests per adapter, sharing steps
+        together = list(pool.map(lambda adapter: (adapter, greedy(lora_server, adapter)), [None, *ADAPTERS] * 2))
+    for adapter, (status, answer) in together:
+        assert status == 200 and answer["text_output"] == alone[adapter], adapter
+
+
+def test_an_unknown_or_broken_adapter_is_refused_by_name_and_the_server_keeps_serving(lora_server) -> None:
+    for name in ("no-such-adapter", "broken"):
+        status, answer = greedy(lora_server, name)
+        assert status == 400, answer
+        assert f"unknown LoRA adapter '{name}'" in answer["error"] and "random-0, random-1" in answer["error"]
+    assert "LoRA adapter 'broken' is not served" in lora_server.log_path.read_text()
+    status, answer = greedy(lora_server, ADAPTERS[0])
+    assert status == 200 and answer["text_output"]
