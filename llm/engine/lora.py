@@ -135,7 +135,10 @@ def read_adapter_list(path: Path) -> dict[str, Path]:
 
 class LoraSlots:
     """`max_loras` adapters resident at once, stacked per layer and projection so one kernel
-    call per projection serves every row of a step whatever its adapter."""
+    call per projection serves every row of a step whatever its adapter. Kept in float32
+    whatever the step's dtype: a few megabytes per adapter, and the kernel's loops vectorise.
+    A fused projection's parts keep their own rank columns (`part_ends`), so a q-only adapter
+    costs no k and v work and no block-diagonal zeros are stored or read."""
 
     def __init__(self, dims: LlamaDims, max_loras: int, max_lora_rank: int, dtype: torch.dtype, device: torch.device) -> None:
         if max_loras < 1 or max_lora_rank < 1:
@@ -145,13 +148,15 @@ class LoraSlots:
         widths = module_widths(dims)
         self.a: dict[str, torch.Tensor] = {}
         self.b: dict[str, torch.Tensor] = {}
+        self.part_ends: dict[str, torch.Tensor] = {}
         for projection, modules in PROJECTIONS.items():
             width_in = widths[modules[0]][0]
-            width_out = sum(widths[module][1] for module in modules)
-            rank = len(modules) * max_lora_rank
-            self.a[projection] = torch.zeros(dims.num_layers, max_loras, rank, width_in, dtype=dtype, device=device)
-            self.b[projection] = torch.zeros(dims.num_layers, max_loras, width_out, rank, dtype=dtype, device=device)
+            ends = torch.tensor([widths[module][1] for module in modules], dtype=torch.long).cumsum(0)
+            self.part_ends[projection] = ends.to(device)
+            self.a[projection] = torch.zeros(dims.num_layers, max_loras, len(modules) * max_lora_rank, width_in, device=device)
+            self.b[projection] = torch.zeros(dims.num_layers, max_loras, max_lora_rank, int(ends[-1]), device=device)  # B transposed
         self.scales = torch.zeros(max_loras, dtype=torch.float32, device=device)
+        self.ranks = torch.zeros(max_loras, dtype=torch.long, device=device)
         self.names: list[str | None] = [None] * max_loras
         self._kernel = _kernel_for(device, dtype)
 
@@ -162,17 +167,18 @@ class LoraSlots:
         self.clear(slot)
         widths = module_widths(self.dims)
         for projection, modules in PROJECTIONS.items():
-            row = 0
+            column = 0
             for part, module in enumerate(modules):
                 width_out = widths[module][1]
+                ranks = slice(part * self.max_lora_rank, part * self.max_lora_rank + adapter.rank)
                 for layer in range(self.dims.num_layers):
                     pair = adapter.matrices.get((layer, module))
                     if pair is not None:
-                        ranks = slice(part * self.max_lora_rank, part * self.max_lora_rank + adapter.rank)
-                        self.a[projection][layer, slot, ranks] = pair[0].to(self.dtype)
-                        self.b[projection][layer, slot, row : row + width_out, ranks] = pair[1].to(self.dtype)
-                row += width_out
+                        self.a[projection][layer, slot, ranks] = pair[0]
+                        self.b[projection][layer, slot, : adapter.rank, column : column + width_out] = pair[1].T
+                column += width_out
         self.scales[slot] = adapter.scale
+        self.ranks[slot] = adapter.rank
         self.names[slot] = adapter.name
 
     def clear(self, slot: int) -> None:
@@ -180,19 +186,28 @@ class LoraSlots:
             for stacked in tensors.values():
                 stacked[:, slot].zero_()
         self.scales[slot] = 0.0
+        self.ranks[slot] = 0
         self.names[slot] = None
 
     def add_delta(self, projection: str, layer: int, x: torch.Tensor, out: torch.Tensor, row_slots: torch.Tensor) -> None:
         """out[t] += the delta of row t's adapter (row_slots[t], NO_ADAPTER for none), in place."""
-        a, b = self.a[projection][layer], self.b[projection][layer]
+        a, b, ends = self.a[projection][layer], self.b[projection][layer], self.part_ends[projection]
         if self._kernel is not None:
-            self._kernel(x, a, b, row_slots, self.scales, out)
+            self._kernel(x, a, b, ends, self.ranks, row_slots, self.scales, out)
             return
+        rank, starts = self.max_lora_rank, [0, *ends[:-1].tolist()]
         for slot in row_slots.unique().tolist():
             if slot == NO_ADAPTER:
                 continue
             rows = (row_slots == slot).nonzero().squeeze(1)
-            delta = (x[rows].float() @ a[slot].float().T * self.scales[slot]) @ b[slot].float().T
+            shrunk = x[rows].float() @ a[slot].T * self.scales[slot]  # [n, parts * rank]
+            delta = torch.cat(
+                [
+                    shrunk[:, part * rank : (part + 1) * rank] @ b[slot, :, start:end]
+                    for part, (start, end) in enumerate(zip(starts, ends.tolist()))
+                ],
+                dim=1,
+            )
             out.index_add_(0, rows, delta.to(out.dtype))
 
 
