@@ -82,3 +82,32 @@ def test_an_unknown_or_broken_adapter_is_refused_by_name_and_the_server_keeps_se
     assert "LoRA adapter 'broken' is not served" in lora_server.log_path.read_text()
     status, answer = greedy(lora_server, ADAPTERS[0])
     assert status == 200 and answer["text_output"]
+
+
+def test_an_adapter_added_or_removed_through_model_control_serves_or_goes_without_a_restart(lora_server, tmp_path) -> None:
+    from tools.lora.manage import main
+
+    version = lora_server.options.model_repository / LLM_MODEL / "1"
+    common = [
+        "--checkpoint",
+        str(version),
+        "--url",
+        lora_server.options.http_url,
+        "--admin-key-file",
+        str(lora_server.admin_key_file),
+        "-q",
+    ]
+    dims = LlamaDims.from_json((version / CONFIG_FILE).read_text())
+    write_adapter(tmp_path / "late", dims, 7, rank=8, alpha=16.0, std=0.05)
+    status, _ = greedy(lora_server, "late")
+    assert status == 400
+    assert main(["add", "late", str(tmp_path / "late"), *common]) == 0
+    status, answer = greedy(lora_server, "late")
+    assert status == 200 and answer["text_output"], answer
+    assert main(["remove", ADAPTERS[0], *common]) == 0
+    status, answer = greedy(lora_server, ADAPTERS[0])
+    assert status == 400 and "late" in answer["error"], answer
+    broken = tmp_path / "half"
+    broken.mkdir()
+    assert main(["add", "half", str(broken), *common]) == 2  # refused before the server is touched
+    assert "half" not in (version / "multi_lora.json").read_text()
