@@ -15,7 +15,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import orjson
 from starlette.applications import Starlette
@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.adapters import AdapterNames
 from gateway.admission import Admission
 from gateway.chat_prompt import ChatPrompts
 from gateway.completion_render import DONE, Completion, error_event
@@ -94,6 +95,7 @@ class Gateway:
         self.embedder: TritonEmbedder | None = None
         self.generator: TritonGenerator | None = None
         self.prompts = ChatPrompts(settings.llm_folder)
+        self.adapters = AdapterNames(settings.llm_folder)
         self.admission = Admission(settings.llm_max_streams, settings.retry_after_s)
         self.metrics.open_generations.set_function(lambda: self.admission.open)
         self.created = int(time.time())
@@ -216,19 +218,21 @@ class Gateway:
     async def chat_completions(self, request: Request) -> Response:
         return await self.generate(request, parse_chat)
 
-    async def generate(self, request: Request, parse: Callable[[dict, str], GenerationRequest]) -> Response:
+    async def generate(self, request: Request, parse: Callable[[dict, Sequence[str]], GenerationRequest]) -> Response:
         """Both LLM routes: checked, sent to Triton, and not answered before the first piece came
         back (so the model's refusals keep their status: 400, 429, 503); from then on a stream."""
         self.authorize(request)
         if self.generator is None:
             raise APIError(404, "This gateway serves no LLM (started with --llm-model '').", INVALID_REQUEST, None, "unknown_url")
         priority = LLM_PRIORITIES[self.priority_class(request)]
-        body = parse(parse_json(await self.read_body(request)), self.settings.llm_name)
+        body = parse(parse_json(await self.read_body(request)), (self.settings.llm_name, *self.adapters.names()))
         prompt = self.prompts.render(body.messages) if body.kind == CHAT else body.prompt
         max_tokens = body.max_tokens
         if max_tokens is None:  # chat without a limit: what the context window leaves (vLLM's rule)
             max_tokens = max(1, (await self.generator.info()).max_model_len - self.prompts.count(prompt))
         sampling = body.sampling_parameters(priority, max_tokens)
+        if body.model != self.settings.llm_name:
+            sampling["lora_name"] = body.model  # one of the LLM's adapters (llm.adapters)
         slot = self.admission.admit()
         disconnected = asyncio.ensure_future(wait_for_disconnect(request))
         try:
@@ -317,20 +321,24 @@ class Gateway:
             await generation.close()
 
     def model_card(self, name: str | None = None) -> dict:
-        return {"id": name or self.settings.model_name, "object": "model", "created": self.created, "owned_by": "triton"}
+        card = {"id": name or self.settings.model_name, "object": "model", "created": self.created, "owned_by": "triton"}
+        if name in self.adapters.names():
+            card["parent"] = self.settings.llm_name  # a LoRA adapter of the LLM (vLLM's model card field)
+        return card
 
     async def models(self, request: Request) -> Response:
-        """The embedding model, and the LLM when Triton serves it."""
+        """The embedding model, and the LLM and its LoRA adapters when Triton serves it."""
         self.authorize(request)
         cards = [self.model_card()]
         if self.generator is not None and await self.generator.ready():
-            cards.append(self.model_card(self.settings.llm_name))
+            cards += [self.model_card(name) for name in (self.settings.llm_name, *self.adapters.names())]
         return json_response({"object": "list", "data": cards})
 
     async def model(self, request: Request) -> Response:
         self.authorize(request)
         name = request.path_params["model"]
-        if name != self.settings.model_name and (self.generator is None or name != self.settings.llm_name):
+        llm_names = (self.settings.llm_name, *self.adapters.names())
+        if name != self.settings.model_name and (self.generator is None or name not in llm_names):
             raise APIError(404, f"The model '{name}' does not exist.", INVALID_REQUEST, "model", "model_not_found")
         return json_response(self.model_card(name))
 

@@ -14,6 +14,7 @@ rendered later with the model's chat template) and vLLM's `sampling_parameters`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gateway.errors import APIError, bad_request
@@ -125,14 +126,17 @@ def _check_fields(payload: dict, kind: str) -> None:
         raise bad_request(f"'n' must be 1 on this server (one choice per request), not {n}.", "n", "unsupported_value")
 
 
-def _model(payload: dict, served: str) -> str:
+def _model(payload: dict, served: str | Sequence[str]) -> str:
+    """The requested model: the LLM (served[0]) or one of its LoRA adapters (the rest)."""
+    names = (served,) if isinstance(served, str) else tuple(served)
     model = payload.get("model")
     if model is None:
         raise bad_request("'model' is a required property.", "model", "missing_required_parameter")
     if not isinstance(model, str):
         raise bad_request("'model' must be a string.", "model", "invalid_type")
-    if model != served:
-        raise APIError(404, f"The model '{model}' does not exist; this endpoint serves '{served}'.", param="model", code="model_not_found")
+    if model not in names:
+        listed = ", ".join(f"'{name}'" for name in names)
+        raise APIError(404, f"The model '{model}' does not exist; this endpoint serves {listed}.", param="model", code="model_not_found")
     return model
 
 
@@ -223,7 +227,7 @@ def _prompt(value: object) -> str:
     raise bad_request("'prompt' must be a string.", "prompt", "invalid_type")
 
 
-def parse_completion(payload: dict, served: str) -> GenerationRequest:
+def parse_completion(payload: dict, served: str | Sequence[str]) -> GenerationRequest:
     """POST /v1/completions."""
     _check_fields(payload, COMPLETION)
     model = _model(payload, served)
@@ -243,7 +247,7 @@ def parse_completion(payload: dict, served: str) -> GenerationRequest:
     )
 
 
-def parse_chat(payload: dict, served: str) -> GenerationRequest:
+def parse_chat(payload: dict, served: str | Sequence[str]) -> GenerationRequest:
     """POST /v1/chat/completions; `max_completion_tokens` is OpenAI's newer name for `max_tokens`."""
     _check_fields(payload, CHAT)
     model = _model(payload, served)

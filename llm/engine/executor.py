@@ -9,12 +9,13 @@ from pathlib import Path
 
 import torch
 
+from llm.adapters import ADAPTER_LIST, AdapterError, read_adapter_list
 from llm.contract import EngineConfig, ScheduledChunk
 from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
-from llm.engine.lora import ADAPTER_LIST, Adapter, AdapterError, LoraSlots, read_adapter_list
+from llm.engine.lora import Adapter, LoraSlots
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan, check_chunk

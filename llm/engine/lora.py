@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from llm.adapters import AdapterError
 from llm.engine.checkpoint import LlamaDims
 
-ADAPTER_LIST = "multi_lora.json"  # in the model version folder: {"name": "adapter folder"}, as Triton's vLLM backend reads it
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 NO_ADAPTER = -1  # a row's slot when its request names no adapter
@@ -35,10 +35,6 @@ PROJECTIONS: dict[str, tuple[str, ...]] = {
 }
 MODULES = {module: projection for projection, modules in PROJECTIONS.items() for module in modules}
 _KEY = re.compile(r"layers\.(\d+)\.(?:self_attn|mlp)\.(\w+_proj)\.lora_([AB])\.weight$")
-
-
-class AdapterError(ValueError):
-    """An adapter cannot be used with this model; the message names the adapter and the reason."""
 
 
 def module_widths(dims: LlamaDims) -> dict[str, tuple[int, int]]:
@@ -118,19 +114,6 @@ def _matrices(name: str, tensors: dict[str, torch.Tensor], rank: int, dims: Llam
             )
         matrices[(layer, module)] = (a, b)
     return matrices
-
-
-def read_adapter_list(path: Path) -> dict[str, Path]:
-    """The adapters a model serves, by name; a relative folder is relative to the list's folder."""
-    try:
-        listed = json.loads(path.read_text())
-    except ValueError as error:
-        raise AdapterError(f"{path} is not JSON: {error}") from error
-    if not isinstance(listed, dict) or not all(isinstance(name, str) and isinstance(folder, str) for name, folder in listed.items()):
-        raise AdapterError(f'{path} must map adapter names to folders: {{"name": "path/to/adapter"}}')
-    if any(not name.strip() for name in listed):
-        raise AdapterError(f"{path} names an adapter with an empty name")
-    return {name: (path.parent / folder).resolve() for name, folder in listed.items()}
 
 
 class LoraSlots:

@@ -84,6 +84,28 @@ def test_an_unknown_or_broken_adapter_is_refused_by_name_and_the_server_keeps_se
     assert status == 200 and answer["text_output"]
 
 
+def test_the_gateway_lists_the_adapters_and_routes_openais_model_to_one(lora_server, tmp_path) -> None:
+    import openai
+
+    from tests.conftest import start_gateway
+
+    version = lora_server.options.model_repository / LLM_MODEL / "1"
+    gateway = start_gateway(lora_server.options.grpc_url, tmp_path / "gateway.log", "--llm-folder", str(version))
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="none", max_retries=0, timeout=300)
+        cards = {card.id: card for card in client.models.list().data}
+        assert {"llm", *ADAPTERS} <= set(cards) and cards[ADAPTERS[0]].parent == "llm"
+        expected = {adapter: greedy(lora_server, adapter)[1]["text_output"] for adapter in (None, ADAPTERS[0])}
+        for model, adapter in (("llm", None), (ADAPTERS[0], ADAPTERS[0])):
+            answer = client.completions.create(model=model, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+            assert answer.choices[0].text == expected[adapter], model
+        with pytest.raises(openai.NotFoundError, match="random-1"):
+            client.completions.create(model="no-such-adapter", prompt=PROMPT, max_tokens=4)
+        client.close()
+    finally:
+        gateway.stop()
+
+
 def test_an_adapter_added_or_removed_through_model_control_serves_or_goes_without_a_restart(lora_server, tmp_path) -> None:
     from tools.lora.manage import main
 

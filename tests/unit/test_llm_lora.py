@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
+from llm.adapters import AdapterError
 from llm.contract import ScheduledChunk
 from llm.engine import LlamaDims
-from llm.engine.lora import PROJECTIONS, Adapter, AdapterError, module_widths
+from llm.engine.lora import PROJECTIONS, Adapter, module_widths
 from tools.lora.random_adapters import ALL_MODULES, write_adapter
 
 pytest.importorskip("transformers")
@@ -188,7 +189,7 @@ def test_the_checkpoints_adapter_list_loads_every_good_adapter_and_names_the_bad
     ("listing", "problem"), [("[1, 2]", "must map adapter names to folders"), ("{", "is not JSON"), ('{" ": "x"}', "empty name")]
 )
 def test_a_malformed_adapter_list_is_refused_with_the_reason(tmp_path, listing, problem) -> None:
-    from llm.engine.lora import read_adapter_list
+    from llm.adapters import read_adapter_list
 
     (tmp_path / "multi_lora.json").write_text(listing)
     with pytest.raises(AdapterError, match=problem):
@@ -196,9 +197,9 @@ def test_a_malformed_adapter_list_is_refused_with_the_reason(tmp_path, listing, 
 
 
 def test_the_random_adapter_tool_writes_adapters_the_engine_reads_and_lists_them(tmp_path, hf_model, dims) -> None:
+    from llm.adapters import read_adapter_list
     from llm.engine import save_checkpoint
     from llm.engine.checkpoint import fuse_hf_state_dict
-    from llm.engine.lora import read_adapter_list
     from tools.lora.random_adapters import main
 
     checkpoint = tmp_path / "model" / "1"

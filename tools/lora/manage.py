@@ -19,9 +19,10 @@ import json
 import logging
 from pathlib import Path
 
+from llm.adapters import ADAPTER_LIST, AdapterError, read_adapter_list
 from llm.artifacts import CONFIG_FILE
 from llm.engine.checkpoint import LlamaDims
-from llm.engine.lora import ADAPTER_LIST, Adapter, AdapterError, read_adapter_list
+from llm.engine.lora import Adapter
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import LLM_MODEL
 from tools.embed import DEFAULT_URLS

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
+from llm.adapters import ADAPTER_LIST
 from llm.artifacts import CONFIG_FILE
 from llm.engine.checkpoint import LlamaDims
-from llm.engine.lora import ADAPTER_LIST, CONFIG_NAME, PROJECTIONS, WEIGHTS_NAME, module_widths
+from llm.engine.lora import CONFIG_NAME, PROJECTIONS, WEIGHTS_NAME, module_widths
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import MODEL_REPOSITORY
 
