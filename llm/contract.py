@@ -99,6 +99,9 @@ class StepStats:
     preemptions: int  # in this step
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache by the sequences admitted in this step
     prefix_cache_hits: int = 0  # of those, tokens found cached (their prefill skipped)
+    running_adapters: tuple[str, ...] = ()  # LoRA adapters of the running sequences, sorted
+    waiting_adapters: tuple[str, ...] = ()  # LoRA adapters of the waiting sequences, sorted
+    max_loras: int = 0  # the scheduler's cap on running adapters
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class RequestTimings:
     prompt_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str | None = None
+    lora_name: str | None = None  # the LoRA adapter it ran on (None: the base model)
 
 
 class LoopObserver(Protocol):

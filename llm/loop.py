@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +41,11 @@ WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests
 # A running request is asked at most this often: at 10 ms steps (one int4 stream) asking every step
 # was 100 IPC round trips a second per stream, each CPU the step's two threads then lacked.
 RUNNING_POLL_INTERVAL_S = 0.1
+
+
+def adapters_of(seqs: Iterable[Sequence]) -> tuple[str, ...]:
+    """The distinct LoRA adapters of `seqs`, sorted (the base model is none)."""
+    return tuple(sorted({seq.request.params.lora_name for seq in seqs} - {None}))  # type: ignore[arg-type]
 
 
 class QueueFullError(RuntimeError):
@@ -432,6 +437,9 @@ class EngineLoop:
             preemptions=len(plan.preempted),
             prefix_cache_queries=plan.prefix_cache_queries,
             prefix_cache_hits=plan.prefix_cache_hits,
+            running_adapters=adapters_of(self.scheduler.running),
+            waiting_adapters=adapters_of(self.scheduler.waiting),
+            max_loras=self.config.max_loras,
         )
         try:
             self._observer.on_step(stats)
@@ -453,6 +461,7 @@ class EngineLoop:
             prompt_tokens=request.seq.num_prompt_tokens,
             output_tokens=request.state.num_output_tokens,
             finish_reason=reason,
+            lora_name=request.seq.request.params.lora_name,
         )
         try:
             self._observer.on_finished(timings)

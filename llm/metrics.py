@@ -43,7 +43,14 @@ FAMILIES: dict[str, tuple[str, str, list[float] | None]] = {
     "vllm:prompt_tokens_total": ("COUNTER", "Prompt tokens of finished requests.", None),
     "vllm:generation_tokens_total": ("COUNTER", "Generated tokens of finished requests.", None),
     "vllm:request_success_total": ("COUNTER", "Finished requests, by finish reason (stop, length, abort, timeout, error).", None),
+    "vllm:lora_requests_info": ("GAUGE", "Running and waiting LoRA adapters (labels); the value is when they were last seen.", None),
+    "llm:lora_prompt_tokens_total": ("COUNTER", "Prompt tokens of finished requests, by LoRA adapter.", None),
+    "llm:lora_generation_tokens_total": ("COUNTER", "Generated tokens of finished requests, by LoRA adapter.", None),
 }
+# Families whose labels vary (finish reason, adapter): one metric per label set, made on first use.
+LABELLED = frozenset(
+    {"vllm:request_success_total", "vllm:lora_requests_info", "llm:lora_prompt_tokens_total", "llm:lora_generation_tokens_total"}
+)
 
 
 class LlmMetrics:
@@ -60,11 +67,12 @@ class LlmMetrics:
         }
         self._metrics = {}
         for name, (_, _, buckets) in FAMILIES.items():
-            if name == "vllm:request_success_total":
-                continue  # one metric per finish reason, made on first use
+            if name in LABELLED:
+                continue
             family = self._families[name]
             self._metrics[name] = family.Metric(labels=self._labels, buckets=buckets) if buckets else family.Metric(labels=self._labels)
-        self._by_reason: dict[str, object] = {}
+        self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], object] = {}
+        self._lora_info: tuple[str, ...] | None = None
         self._snapshot: Callable[[], dict] | None = None
         self._load: tuple[int, int, float] | None = None
         self._idle_refresh_s = idle_refresh_s
@@ -118,6 +126,28 @@ class LlmMetrics:
         if stats.prefix_cache_hits:
             m["vllm:prefix_cache_hits_total"].increment(stats.prefix_cache_hits)
         self._record_load(stats.running, stats.waiting, stats.kv_blocks_used, stats.kv_blocks_total)
+        self._record_adapters(stats)
+
+    def _record_adapters(self, stats: StepStats) -> None:
+        """vLLM's lora_requests_info: one series per (running, waiting) set of adapters, set to the
+        time it was last seen; written only when adapters are in use and the sets change."""
+        labels = {
+            "max_lora": str(stats.max_loras),
+            "running_lora_adapters": ",".join(stats.running_adapters),
+            "waiting_lora_adapters": ",".join(stats.waiting_adapters),
+        }
+        key = (labels["running_lora_adapters"], labels["waiting_lora_adapters"])
+        if key == self._lora_info or (self._lora_info is None and not any(key)):
+            return
+        self._lora_info = key
+        self._metric("vllm:lora_requests_info", labels).set(stats.started)
+
+    def _metric(self, name: str, labels: Mapping[str, str]):
+        """The metric of family `name` for these extra labels, made on first use."""
+        key = (name, tuple(sorted(labels.items())))
+        if key not in self._labelled:
+            self._labelled[key] = self._families[name].Metric(labels={**self._labels, **labels})
+        return self._labelled[key]
 
     def _record_load(self, running: int, waiting: int, kv_blocks_used: int, kv_blocks_total: int) -> None:
         load = (running, waiting, kv_blocks_used / kv_blocks_total if kv_blocks_total else 0.0)
@@ -150,11 +180,13 @@ class LlmMetrics:
             m["vllm:prompt_tokens_total"].increment(timings.prompt_tokens)
         if timings.output_tokens:
             m["vllm:generation_tokens_total"].increment(timings.output_tokens)
-        reason = timings.finish_reason or "unknown"
-        if reason not in self._by_reason:
-            family = self._families["vllm:request_success_total"]
-            self._by_reason[reason] = family.Metric(labels={**self._labels, "finished_reason": reason})
-        self._by_reason[reason].increment(1)
+        self._metric("vllm:request_success_total", {"finished_reason": timings.finish_reason or "unknown"}).increment(1)
+        if timings.lora_name is not None:
+            adapter = {"lora_name": timings.lora_name}
+            if timings.prompt_tokens:
+                self._metric("llm:lora_prompt_tokens_total", adapter).increment(timings.prompt_tokens)
+            if timings.output_tokens:
+                self._metric("llm:lora_generation_tokens_total", adapter).increment(timings.output_tokens)
 
     def _submit(self, record: Callable[[], None]) -> None:
         if self._queue is None:

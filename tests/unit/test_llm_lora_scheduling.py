@@ -4,6 +4,8 @@ another, and an unknown adapter is refused by name."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
@@ -81,7 +83,9 @@ class AdapterExecutor(FakeExecutor):
 
 def test_the_loop_passes_each_requests_slot_and_refuses_an_unknown_adapter_by_name() -> None:
     executor = AdapterExecutor()
-    loop = EngineLoop(executor, SchedulerConfig(), FakeTokenizer())
+    observed = SimpleNamespace(steps=[], finished=[])
+    observer = SimpleNamespace(on_step=observed.steps.append, on_finished=observed.finished.append)
+    loop = EngineLoop(executor, SchedulerConfig(), FakeTokenizer(), observer)
     finished = []
     for name in ("lora-b", None, "lora-a"):
         request = GenerationRequest(f"r-{name}", [5, 6, 7], SamplingParams(max_tokens=2, lora_name=name), 0.0)
@@ -92,3 +96,6 @@ def test_the_loop_passes_each_requests_slot_and_refuses_an_unknown_adapter_by_na
         loop.run_one_step(now=1.0)
     slots = {chunk.seq_id: chunk.adapter_slot for plan in executor.plans for chunk in plan}
     assert sorted(slots.values()) == [-1, 0, 1]
+    # what the metrics read: the adapters running in each step, and each request's adapter
+    assert observed.steps[0].running_adapters == ("lora-a", "lora-b") and observed.steps[0].max_loras == 4
+    assert sorted(str(timings.lora_name) for timings in observed.finished) == ["None", "lora-a", "lora-b"]

@@ -86,6 +86,27 @@ def test_a_finished_request_records_its_latencies_tokens_and_reason(families) ->
     assert by_reason == {"length": 1, "abort": 1}
 
 
+def test_lora_adapters_get_vllms_info_gauge_and_their_own_token_counters(families) -> None:
+    recorder = metrics()
+    recorder.on_step(stats())  # no adapter in use: no series at all
+    assert families["vllm:lora_requests_info"].metrics == []
+    recorder.on_step(stats(started=5.0, running_adapters=("a", "b"), waiting_adapters=("c",), max_loras=2))
+    recorder.on_step(stats(started=6.0, running_adapters=("a", "b"), waiting_adapters=("c",), max_loras=2))  # unchanged: no write
+    recorder.on_step(stats(started=7.0, max_loras=2))  # all drained: a series saying so
+    info = {
+        (m.labels["running_lora_adapters"], m.labels["waiting_lora_adapters"]): m.value()
+        for m in families["vllm:lora_requests_info"].metrics
+    }
+    assert info == {("a,b", "c"): 5.0, ("", ""): 7.0}
+    assert all(m.labels["max_lora"] == "2" and m.labels["model"] == "llm" for m in families["vllm:lora_requests_info"].metrics)
+    recorder.on_finished(RequestTimings("r", 0.1, 0.3, 1.0, (), prompt_tokens=12, output_tokens=3, finish_reason="length", lora_name="a"))
+    recorder.on_finished(RequestTimings("s", 0.1, 0.3, 1.0, (), prompt_tokens=4, output_tokens=2, finish_reason="stop", lora_name="a"))
+    recorder.on_finished(RequestTimings("t", 0.1, 0.3, 1.0, (), prompt_tokens=7, output_tokens=1, finish_reason="stop"))
+    assert {m.labels["lora_name"]: m.value() for m in families["llm:lora_generation_tokens_total"].metrics} == {"a": 5}
+    assert {m.labels["lora_name"]: m.value() for m in families["llm:lora_prompt_tokens_total"].metrics} == {"a": 16}
+    assert only(families, "vllm:generation_tokens_total").value() == 6
+
+
 def test_the_writer_thread_records_everything_queued_before_close(families) -> None:
     recorder = metrics(background=True)
     for _ in range(50):
