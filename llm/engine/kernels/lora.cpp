@@ -37,11 +37,22 @@ void delta_rows(const T* x, const float* lora_a, const float* lora_b, const int6
                 const int64_t* ranks, const int64_t* row_slots, const float* scales, T* out, int64_t rows, int64_t in,
                 int64_t width_rank, int64_t width) {
   const int64_t a_rows = parts * width_rank;
-  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+  // The adapted rows ordered by slot (a counting sort, stable): a thread then runs one
+  // adapter's rows back to back, its A and B read from memory once and from cache after,
+  // instead of once per row when the step's rows interleave adapters.
+  int64_t slots = 0;
+  for (int64_t t = 0; t < rows; ++t) slots = std::max(slots, row_slots[t] + 1);
+  std::vector<int64_t> first(static_cast<size_t>(slots + 1), 0), order;
+  for (int64_t t = 0; t < rows; ++t)
+    if (row_slots[t] >= 0) ++first[row_slots[t] + 1];
+  for (int64_t s = 0; s < slots; ++s) first[s + 1] += first[s];
+  order.resize(static_cast<size_t>(first[slots]));
+  for (int64_t t = 0; t < rows; ++t)
+    if (row_slots[t] >= 0) order[first[row_slots[t]]++] = t;
+  at::parallel_for(0, static_cast<int64_t>(order.size()), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(in)), shrunk(static_cast<size_t>(a_rows)), acc(static_cast<size_t>(width));
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t slot = row_slots[t];
-      if (slot < 0) continue;
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t t = order[k], slot = row_slots[t];
       const int64_t rank = ranks[slot];
       const T* xt = x + t * in;
       for (int64_t i = 0; i < in; ++i) row[i] = to_float(xt[i]);
