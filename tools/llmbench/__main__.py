@@ -23,16 +23,14 @@ import json
 import logging
 import os
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 from llm.artifacts import HF_FOLDER
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.llmbench.driver import LevelDriver, Schedule, level_label
 from tools.llmbench.in_process import ENGINE_LOOP, EngineLoopTarget
+from tools.llmbench.levels import Plan, level_entry, load_tokenizer, measure_target
 from tools.llmbench.report import write_report
 from tools.llmbench.targets import (
     LLAMA_SERVER,
@@ -49,11 +47,8 @@ from tools.llmbench.targets import (
     check_model_control,
     parse_knob_overrides,
 )
-from tools.load.llm.clients import StreamClient
-from tools.load.llm.figures import LevelFigures, Slo
-from tools.load.llm.records import StreamRecord
-from tools.load.llm.workload import LengthRange, LlmRequest, Tokenizer, Workload, gguf_path, mean_lengths, warmup_request
-from tools.load.schedules import ClosedLoop, Poisson
+from tools.load.llm.figures import Slo
+from tools.load.llm.workload import LengthRange, Workload, gguf_path, mean_lengths
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT, VLLM_PYTHON
 from tools.triton_client import TritonClient
@@ -68,20 +63,6 @@ DEFAULT_SLO = Slo(ttft_s=3.0, tpot_s=0.3)
 TARGET_NAMES = (*MODES, ENGINE_LOOP, VLLM, VLLM_SERVER, LLAMA_SERVER)
 TRITON_TARGETS = (*MODES, VLLM)
 DEFAULT_LLAMA_SERVER = BUILD_DIR / "llama.cpp" / "bin" / "llama-server"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The load of a run: levels and how long each lasts."""
-
-    concurrency: tuple[int, ...]
-    rates: tuple[float, ...]
-    seconds: float
-    drain_s: float
-    warmup_s: float = 0.0  # of the same load before each level's scored window (served, not scored)
-
-    def schedules(self) -> list[Schedule]:
-        return [*(ClosedLoop(c) for c in self.concurrency), *(Poisson(r) for r in self.rates)]
 
 
 # Full: 4 closed + 3 Poisson levels of (20 s warm-up + 45 s + at most 30 s of drain) per target, four targets: ~45 min here.
@@ -200,13 +181,6 @@ def selected_targets(text: str) -> list[str]:
     return names
 
 
-def load_tokenizer(path: Path) -> Tokenizer:
-    if path.is_file():
-        return Tokenizer.from_file(path)
-    log.info("no %s (run `make export`); sizing prompts with the GGUF's tokenizer", path)
-    return Tokenizer.from_gguf(gguf_path())
-
-
 @contextlib.contextmanager
 def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str]]:
     """(model-control client, gRPC URL) of the server whose `llm` is measured."""
@@ -225,52 +199,6 @@ def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, model_control_mode="explicit", load_models=(MODEL,))
     with LocalTriton(options, log_path=BUILD_DIR / f"triton-llmbench-{http}.log").start() as server:
         yield server.client, options.grpc_url
-
-
-async def measure_target(
-    client: StreamClient, requests: Sequence[LlmRequest], plan: Plan, seed: int
-) -> list[tuple[Schedule, list[StreamRecord], float, int, float | None]]:
-    """Per level: (schedule, records, duration, late sends, load average at its start)."""
-    await client.open()
-    try:
-        for _ in range(2):  # warm-up, not measured
-            await client.generate(warmup_request(8), StreamRecord(-1, 0.0), time.perf_counter)
-        runs = []
-        schedules = list(plan.schedules())
-        stride = max(len(requests) // len(schedules), 1)  # each level its own part of the workload, the same for every target
-        for number, schedule in enumerate(schedules):
-            driver = LevelDriver(
-                client, requests, plan.seconds, plan.drain_s, seed=seed + number, warmup_s=plan.warmup_s, first_request=number * stride
-            )
-            run = await driver.run(schedule)
-            runs.append((schedule, run.records, run.duration_s, run.late_sends, run.load_average))
-        return runs
-    finally:
-        await client.close()
-
-
-def level_entry(
-    target: str, schedule: Schedule, records: list[StreamRecord], duration_s: float, late_sends: int, load: float | None, slo: Slo
-) -> dict:
-    figures = LevelFigures.of(records, duration_s, slo)
-    closed = isinstance(schedule, ClosedLoop)
-    errors = [r.message for r in records if not r.completed and r.message]
-    entry = {
-        "target": target,
-        "kind": "closed" if closed else "poisson",
-        "load": schedule.concurrency if closed else schedule.rate,
-        "label": level_label(schedule),
-        **figures.as_dict(),
-        "late_sends": late_sends,
-        "load_average": load,
-        "first_error": errors[0] if errors else None,
-    }
-    log.info(
-        "%s, %s: %.1f out tok/s, goodput %.3f req/s, TTFT p99 %s ms, TPOT p50 %s ms, %d/%d done",
-        target, entry["label"], figures.output_tokens_per_s, figures.goodput_rps, figures.ttft_p99_ms, figures.tpot_p50_ms,
-        figures.completed, figures.requests,
-    )  # fmt: skip
-    return entry
 
 
 def run_bench(args: argparse.Namespace) -> dict:

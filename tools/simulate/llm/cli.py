@@ -234,7 +234,7 @@ def _levels(concurrency: str, rates: str) -> list:
 
 def run_validate(args: argparse.Namespace) -> int:
     from llm.serving.knobs import parameters_from_pbtxt
-    from tools.llmbench.__main__ import load_tokenizer
+    from tools.llmbench.levels import load_tokenizer
     from tools.load.llm.workload import Workload
     from tools.simulate.llm.live import live_server
     from tools.simulate.llm.validate import ValidationCase, validate

@@ -363,7 +363,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
 
 def workload_requests(settings: LlmTuneSettings) -> list:
     """The seeded requests every level draws from (tokenized with the model's tokenizer)."""
-    from tools.llmbench.__main__ import load_tokenizer
+    from tools.llmbench.levels import load_tokenizer
     from tools.load.llm.workload import Workload
 
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
