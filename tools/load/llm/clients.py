@@ -50,8 +50,10 @@ class StreamClient(Protocol):
 
 
 def sampling_parameters(request: LlmRequest) -> dict:
-    """What every target is asked: exactly `max_tokens` greedy tokens."""
-    return {"max_tokens": request.max_tokens, "temperature": 0.0, "ignore_eos": True}
+    """What every Triton target is asked: exactly `max_tokens` greedy tokens (on the request's
+    LoRA adapter, when it names one)."""
+    adapter = {} if request.lora_name is None else {"lora_name": request.lora_name}
+    return {"max_tokens": request.max_tokens, "temperature": 0.0, "ignore_eos": True, **adapter}
 
 
 class TritonStreamClient:
@@ -218,11 +220,13 @@ class OpenAIStreamClient(HttpStreamSession):
 
     def body(self, request: LlmRequest) -> dict:
         return {
-            "model": self.model,
+            "model": request.lora_name or self.model,  # an OpenAI server names an adapter as its model
             "prompt": request.prompt,
             "stream": True,
             "stream_options": {"include_usage": True},
-            **sampling_parameters(request),
+            "max_tokens": request.max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
         }
 
     async def generate(self, request: LlmRequest, record: StreamRecord, clock: Clock) -> None:

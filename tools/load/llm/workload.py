@@ -88,6 +88,7 @@ class LlmRequest:
     prompt: str
     prompt_tokens: int  # as our tokenizer counts them; servers report their own count
     max_tokens: int
+    lora_name: str | None = None  # the LoRA adapter it asks for (None: the base model)
 
 
 def warmup_request(max_tokens: int) -> LlmRequest:

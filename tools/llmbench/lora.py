@@ -1,0 +1,210 @@
+"""`python -m tools.llmbench.lora` (`make bench-lora`): heterogeneous batching measured. The
+`llm` model serves random LoRA adapters (rank 8) and one seeded streaming load asks for them
+with uniform or Zipf popularity; three ways of serving it, side by side on one server:
+
+- mixed: requests for different adapters share every step (`max_loras` = the adapters);
+- one adapter per step: `max_loras` = 1, what a model instance per adapter gives (each step's
+  batch holds one adapter's requests only);
+- base: the same requests without adapters, the ceiling.
+
+    python -m tools.llmbench.lora --quick
+    python -m tools.llmbench.lora --adapters 1,4,16 --popularity uniform,zipf --concurrency 16,32
+
+Writes reports/bench-lora/ (JSON and Markdown, the CPU named beside the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from llm.artifacts import CONFIG_FILE
+from llm.engine.checkpoint import LlamaDims
+from tools.cli.arguments import number_list
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
+from tools.contract import LLM_MODEL
+from tools.llmbench.levels import Plan, level_entry, load_tokenizer, measure_target
+from tools.llmbench.lora_report import BASE, MIXED, ONE_PER_STEP, write_report
+from tools.llmbench.targets import apply_mode, parse_knob_overrides
+from tools.load.llm.clients import TritonStreamClient
+from tools.load.llm.figures import Slo
+from tools.load.llm.workload import LengthRange, LlmRequest, Workload, mean_lengths
+from tools.lora.random_adapters import write_adapter
+from tools.lora.repository import repository_with_adapters
+from tools.machine import cpu_description
+from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+
+log = logging.getLogger("tools.llmbench.lora")
+
+POPULARITY = ("uniform", "zipf")
+FULL = Plan(concurrency=(16, 32), rates=(), seconds=30.0, drain_s=20.0, warmup_s=10.0)
+QUICK = Plan(concurrency=(16,), rates=(), seconds=20.0, drain_s=15.0, warmup_s=10.0)
+RANK = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way of serving one popularity mix: what the report's rows are."""
+
+    way: str  # BASE, MIXED or ONE_PER_STEP
+    adapters: int  # how many adapters the load asks for (0: base)
+    popularity: str  # uniform | zipf ("" for base)
+
+    @property
+    def name(self) -> str:
+        return BASE if self.way == BASE else f"{self.way}, {self.adapters} adapters, {self.popularity}"
+
+    @property
+    def max_loras(self) -> int:
+        return 1 if self.way == ONE_PER_STEP else max(self.adapters, 1)
+
+
+def variants(adapter_counts: Sequence[int], popularity: Sequence[str]) -> list[Variant]:
+    """Base once; per count and popularity, mixed and one per step (one adapter: one way, and
+    its popularity cannot matter)."""
+    chosen = [Variant(BASE, 0, "")]
+    for count in adapter_counts:
+        for mix in popularity[:1] if count == 1 else popularity:
+            chosen.append(Variant(MIXED, count, mix))
+            if count > 1:
+                chosen.append(Variant(ONE_PER_STEP, count, mix))
+    return chosen
+
+
+def adapter_shares(count: int, popularity: str) -> np.ndarray:
+    """Each adapter's share of the requests: equal, or Zipf's 1/rank (s = 1)."""
+    weights = np.ones(count) if popularity == "uniform" else 1.0 / np.arange(1, count + 1)
+    return weights / weights.sum()
+
+
+def with_adapters(requests: Sequence[LlmRequest], variant: Variant, names: Sequence[str], seed: int) -> list[LlmRequest]:
+    """The workload's requests, each naming an adapter drawn from the variant's popularity
+    (seeded: the mixed and one-per-step runs of a mix send the same requests)."""
+    if variant.way == BASE:
+        return list(requests)
+    rng = np.random.default_rng(seed)
+    drawn = rng.choice(variant.adapters, size=len(requests), p=adapter_shares(variant.adapters, variant.popularity))
+    return [dataclasses.replace(request, lora_name=names[int(index)]) for request, index in zip(requests, drawn)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.llmbench.lora", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="16 adapters, uniform, 16 streams, 20 s levels (~6 min)")
+    parser.add_argument("--adapters", default=None, help="adapter counts (default 1,4,16; quick 16)")
+    parser.add_argument("--popularity", default=None, help="uniform, zipf or both (default both; quick uniform)")
+    parser.add_argument("--concurrency", default=None, help="closed-loop streams per level (default 16,32; quick 16)")
+    parser.add_argument("--seconds", type=float, default=None, help="scored sending time per level (default 30; quick 20)")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds of each level's load before its scored window (default 10)")
+    parser.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 1024), help="prompt tokens, LOW-HIGH")
+    parser.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 256), help="output tokens, LOW-HIGH")
+    parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slo", type=Slo.parse, default=Slo.parse("ttft=3,tpot=0.3"), help="per-request objectives in seconds")
+    parser.add_argument("--set", dest="overrides", type=parse_knob_overrides, default={}, help="our engine's knobs, KNOB=VALUE,...")
+    parser.add_argument("--tokenizer", type=Path, default=MODEL_REPOSITORY / LLM_MODEL / "1" / "tokenizer.json")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "bench-lora")
+    add_verbosity_flags(parser)
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    base = QUICK if args.quick else FULL
+    concurrency = tuple(number_list(args.concurrency, int, "--concurrency")) if args.concurrency else base.concurrency
+    warmup_s = base.warmup_s if args.warmup is None else args.warmup
+    return dataclasses.replace(base, concurrency=concurrency, seconds=args.seconds or base.seconds, warmup_s=warmup_s)
+
+
+def run_bench(args: argparse.Namespace) -> dict:
+    plan = plan_of(args)
+    counts = number_list(args.adapters, int, "--adapters") if args.adapters else ([16] if args.quick else [1, 4, 16])
+    mixes = [part.strip() for part in (args.popularity or ("uniform" if args.quick else ",".join(POPULARITY))).split(",")]
+    if unknown := sorted(set(mixes) - set(POPULARITY)):
+        raise ValueError(f"--popularity: unknown {unknown[0]!r}; choose from {', '.join(POPULARITY)}")
+    if any(count < 1 for count in counts):
+        raise ValueError("--adapters: counts are at least 1")
+    checkpoint = MODEL_REPOSITORY / LLM_MODEL / "1"
+    if not (checkpoint / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{checkpoint / CONFIG_FILE} is missing: run `make export` first")
+    workload = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
+    requests = workload.build(load_tokenizer(args.tokenizer))
+    mean_prompt, mean_output = mean_lengths(requests)
+    dims = LlamaDims.from_json((checkpoint / CONFIG_FILE).read_text())
+    names = [f"random-{index}" for index in range(max(counts))]
+    chosen = variants(counts, mixes)
+    log.info("%d ways of serving, %d levels each: %s", len(chosen), len(plan.concurrency), "; ".join(v.name for v in chosen))
+    levels = []
+    with tempfile.TemporaryDirectory(prefix="bench-lora-", dir=BUILD_DIR if BUILD_DIR.is_dir() else None) as work:
+        root = Path(work)
+        made = {name: write_adapter(root / "adapters" / name, dims, seed, RANK, 2.0 * RANK) for seed, name in enumerate(names)}
+        repository = repository_with_adapters(root, made)
+        levels = asyncio.run(measure_all(repository, root, chosen, requests, names, plan, args))
+    return {
+        "date": datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_description(),
+        "load_average": round(os.getloadavg()[0], 2),
+        "workload": {"description": workload.describe(), "mean_prompt_tokens": mean_prompt, "mean_output_tokens": mean_output},
+        "adapters": {"rank": RANK, "counts": counts, "popularity": mixes},
+        "slo": args.slo.describe(),
+        "settings": {**dataclasses.asdict(plan), "overrides": args.overrides, "quick": args.quick},
+        "variants": [dataclasses.asdict(v) | {"name": v.name, "max_loras": v.max_loras} for v in chosen],
+        "levels": levels,
+    }
+
+
+async def measure_all(
+    repository: Path, root: Path, chosen: Sequence[Variant], requests: Sequence[LlmRequest], names: Sequence[str], plan: Plan, args
+) -> list[dict]:
+    from tools.ports import free_ports
+    from tools.serve.local_triton import LocalTriton, ServerOptions
+
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(
+        model_repository=repository,
+        http_port=http,
+        grpc_port=grpc,
+        metrics_port=metrics,
+        model_control_mode="explicit",
+        load_models=(LLM_MODEL,),
+    )
+    levels = []
+    with LocalTriton(options, log_path=root / "triton.log").start() as server:
+        for variant in chosen:
+            overrides = {**args.overrides, "max_loras": str(variant.max_loras)}
+            apply_mode(server.client, "iteration", LLM_MODEL, overrides)
+            asked = with_adapters(requests, variant, names, args.seed)
+            runs = await measure_target(TritonStreamClient(options.grpc_url, LLM_MODEL), asked, plan, args.seed)
+            for schedule, records, duration_s, late, load in runs:
+                entry = level_entry(variant.name, schedule, records, duration_s, late, load, args.slo)
+                levels.append({**entry, "way": variant.way, "adapters": variant.adapters, "popularity": variant.popularity})
+    return levels
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args)
+    try:
+        report = run_bench(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        log.error("%s", exc)
+        return 2
+    for path in write_report(report, args.out):
+        print(path)
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()
