@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -30,7 +31,12 @@ namespace {
 inline float to_float(float value) { return value; }
 inline float to_float(c10::BFloat16 value) { return static_cast<float>(value); }
 inline void store(float value, float* out) { *out = value; }
-inline void store(float value, c10::BFloat16* out) { *out = c10::BFloat16(value); }
+inline void store(float value, c10::BFloat16* out) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  *out = c10::BFloat16(static_cast<uint16_t>(bits >> 16), c10::BFloat16::from_bits());
+}
 
 template <typename T>
 void delta_rows(const T* x, const float* lora_a, const float* lora_b, const int64_t* part_ends, int64_t parts,
