@@ -197,14 +197,9 @@ def run(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         log.error("%s", exc)
         return 2
-    for path in write_report(report, args.out):
-        print(path)
+    print("\n".join(str(path) for path in write_report(report, args.out)))
     return 0
 
 
-def main() -> None:
-    sys.exit(run())
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(run())
