@@ -118,8 +118,8 @@ def _matrices(name: str, tensors: dict[str, torch.Tensor], rank: int, dims: Llam
 
 class LoraSlots:
     """`max_loras` adapters resident at once, stacked per layer and projection so one kernel
-    call per projection serves every row of a step whatever its adapter. Kept in float32
-    whatever the step's dtype: a few megabytes per adapter, and the kernel's loops vectorise.
+    call per projection serves every row of a step whatever its adapter, in the step's dtype
+    (a decode step with many adapters reads all their matrices: as narrow as the base weights).
     A fused projection's parts keep their own rank columns (`part_ends`), so a q-only adapter
     costs no k and v work and no block-diagonal zeros are stored or read."""
 
@@ -136,8 +136,10 @@ class LoraSlots:
             width_in = widths[modules[0]][0]
             ends = torch.tensor([widths[module][1] for module in modules], dtype=torch.long).cumsum(0)
             self.part_ends[projection] = ends.to(device)
-            self.a[projection] = torch.zeros(dims.num_layers, max_loras, len(modules) * max_lora_rank, width_in, device=device)
-            self.b[projection] = torch.zeros(dims.num_layers, max_loras, max_lora_rank, int(ends[-1]), device=device)  # B transposed
+            shape_a = (dims.num_layers, max_loras, len(modules) * max_lora_rank, width_in)
+            self.a[projection] = torch.zeros(shape_a, dtype=dtype, device=device)
+            shape_b = (dims.num_layers, max_loras, max_lora_rank, int(ends[-1]))  # B transposed
+            self.b[projection] = torch.zeros(shape_b, dtype=dtype, device=device)
         self.scales = torch.zeros(max_loras, dtype=torch.float32, device=device)
         self.ranks = torch.zeros(max_loras, dtype=torch.long, device=device)
         self.names: list[str | None] = [None] * max_loras
@@ -157,8 +159,8 @@ class LoraSlots:
                 for layer in range(self.dims.num_layers):
                     pair = adapter.matrices.get((layer, module))
                     if pair is not None:
-                        self.a[projection][layer, slot, ranks] = pair[0]
-                        self.b[projection][layer, slot, : adapter.rank, column : column + width_out] = pair[1].T
+                        self.a[projection][layer, slot, ranks] = pair[0].to(self.dtype)
+                        self.b[projection][layer, slot, : adapter.rank, column : column + width_out] = pair[1].T.to(self.dtype)
                 column += width_out
         self.scales[slot] = adapter.scale
         self.ranks[slot] = adapter.rank
@@ -183,10 +185,10 @@ class LoraSlots:
             if slot == NO_ADAPTER:
                 continue
             rows = (row_slots == slot).nonzero().squeeze(1)
-            shrunk = x[rows].float() @ a[slot].T * self.scales[slot]  # [n, parts * rank]
+            shrunk = x[rows].float() @ a[slot].float().T * self.scales[slot]  # [n, parts * rank]
             delta = torch.cat(
                 [
-                    shrunk[:, part * rank : (part + 1) * rank] @ b[slot, :, start:end]
+                    shrunk[:, part * rank : (part + 1) * rank] @ b[slot, :, start:end].float()
                     for part, (start, end) in enumerate(zip(starts, ends.tolist()))
                 ],
                 dim=1,

@@ -9,10 +9,10 @@
 // of lora_b[s]'s first `rank` rows (rank = ranks[s] <= R; the rest is never read). So each
 // output column reads only its own part's ranks, with no block-diagonal zeros, and B is stored
 // transposed so the expand is one contiguous multiply-add per rank over the part's columns.
-// x [rows, in] and out [rows, out] share the step's dtype (float32 or bfloat16); lora_a
-// [slots, P * R, in], lora_b [slots, R, out] and scales [slots] are float32 (small, and the
-// loops vectorise); part_ends [P], ranks [slots] and row_slots [rows] are int64 (-1: no
-// adapter). The base projection ran once over every row before this; each row adds only its own
+// x [rows, in], out [rows, out], lora_a [slots, P * R, in] and lora_b [slots, R, out] share the
+// step's dtype (float32 or bfloat16: 16 adapters' matrices read per step are memory traffic
+// beside the base weights, so they are as narrow as those); sums are float32; scales [slots]
+// is float32; part_ends [P], ranks [slots] and row_slots [rows] are int64 (-1: no adapter). The base projection ran once over every row before this; each row adds only its own
 // adapter's delta, so rows of different adapters share one step. Every row is computed alone,
 // in one order, whatever shares its step. Built by llm/engine/kernels/build.py.
 
@@ -29,7 +29,12 @@
 namespace {
 
 inline float to_float(float value) { return value; }
-inline float to_float(c10::BFloat16 value) { return static_cast<float>(value); }
+inline float to_float(c10::BFloat16 value) {  // the bits shifted up: vectorises
+  const uint32_t bits = static_cast<uint32_t>(value.x) << 16;
+  float result;
+  std::memcpy(&result, &bits, sizeof(result));
+  return result;
+}
 inline void store(float value, float* out) { *out = value; }
 inline void store(float value, c10::BFloat16* out) {
   uint32_t bits;
@@ -38,8 +43,10 @@ inline void store(float value, c10::BFloat16* out) {
   *out = c10::BFloat16(static_cast<uint16_t>(bits >> 16), c10::BFloat16::from_bits());
 }
 
+constexpr int64_t kWorkPerTask = 1 << 21;  // multiply-adds below which a call stays on the calling thread
+
 template <typename T>
-void delta_rows(const T* x, const float* lora_a, const float* lora_b, const int64_t* part_ends, int64_t parts,
+void delta_rows(const T* x, const T* lora_a, const T* lora_b, const int64_t* part_ends, int64_t parts,
                 const int64_t* ranks, const int64_t* row_slots, const float* scales, T* out, int64_t rows, int64_t in,
                 int64_t width_rank, int64_t width) {
   const int64_t a_rows = parts * width_rank;
@@ -55,31 +62,35 @@ void delta_rows(const T* x, const float* lora_a, const float* lora_b, const int6
   order.resize(static_cast<size_t>(first[slots]));
   for (int64_t t = 0; t < rows; ++t)
     if (row_slots[t] >= 0) order[first[row_slots[t]]++] = t;
-  at::parallel_for(0, static_cast<int64_t>(order.size()), 1, [&](int64_t begin, int64_t end) {
+  // A decode step's few rows are microseconds of work: forking threads for them cost more than
+  // the work whenever another process wanted the cores (a served step's neighbours).
+  const int64_t row_work = a_rows * in + width_rank * width;
+  const int64_t grain = std::max<int64_t>(1, kWorkPerTask / std::max<int64_t>(row_work, 1));
+  at::parallel_for(0, static_cast<int64_t>(order.size()), grain, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(in)), shrunk(static_cast<size_t>(a_rows)), acc(static_cast<size_t>(width));
     for (int64_t k = begin; k < end; ++k) {
       const int64_t t = order[k], slot = row_slots[t];
       const int64_t rank = ranks[slot];
       const T* xt = x + t * in;
       for (int64_t i = 0; i < in; ++i) row[i] = to_float(xt[i]);
-      const float* a = lora_a + slot * a_rows * in;
+      const T* a = lora_a + slot * a_rows * in;
       for (int64_t p = 0; p < parts; ++p) {  // shrink: rank dot products over the input, per part
         for (int64_t r = 0; r < rank; ++r) {
-          const float* ar = a + (p * width_rank + r) * in;
+          const T* ar = a + (p * width_rank + r) * in;
           float dot = 0.f;
-          for (int64_t i = 0; i < in; ++i) dot += ar[i] * row[i];
+          for (int64_t i = 0; i < in; ++i) dot += to_float(ar[i]) * row[i];
           shrunk[p * width_rank + r] = dot * scales[slot];
         }
       }
-      const float* b = lora_b + slot * width_rank * width;
+      const T* b = lora_b + slot * width_rank * width;
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t p = 0, start = 0; p < parts; start = part_ends[p], ++p) {  // expand: axpy per rank over the part's columns
         const float* sp = shrunk.data() + p * width_rank;
         const int64_t stop = part_ends[p];
         for (int64_t r = 0; r < rank; ++r) {
           const float weight = sp[r];
-          const float* br = b + r * width;
-          for (int64_t o = start; o < stop; ++o) acc[o] += weight * br[o];
+          const T* br = b + r * width;
+          for (int64_t o = start; o < stop; ++o) acc[o] += weight * to_float(br[o]);
         }
       }
       T* ot = out + t * width;
@@ -98,15 +109,15 @@ void lora_delta(const at::Tensor& x, const at::Tensor& lora_a, const at::Tensor&
                   lora_b.size(2) == out.size(1) && lora_a.size(1) == parts * lora_b.size(1),
               "lora_a must be [slots, parts * R, in] and lora_b [slots, R, out] for x's and out's widths");
   TORCH_CHECK(part_ends.data_ptr<int64_t>()[parts - 1] == out.size(1), "the last part must end at out's width");
-  TORCH_CHECK(lora_a.scalar_type() == at::kFloat && lora_b.scalar_type() == at::kFloat && scales.scalar_type() == at::kFloat,
-              "lora_a, lora_b and scales must be float32");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat, "scales must be float32");
   TORCH_CHECK(ranks.scalar_type() == at::kLong && ranks.numel() == slots && scales.numel() == slots && ranks.is_contiguous() &&
                   scales.is_contiguous(),
               "ranks (int64) and scales (float32) must be contiguous, one per slot");
   TORCH_CHECK(row_slots.scalar_type() == at::kLong && row_slots.numel() == x.size(0) && row_slots.is_contiguous(),
               "row_slots must be contiguous int64, one per row");
   const auto dtype = x.scalar_type();
-  TORCH_CHECK(out.scalar_type() == dtype, "x and out must share one dtype");
+  TORCH_CHECK(out.scalar_type() == dtype && lora_a.scalar_type() == dtype && lora_b.scalar_type() == dtype,
+              "x, lora_a, lora_b and out must share one dtype");
   TORCH_CHECK(x.is_contiguous() && lora_a.is_contiguous() && lora_b.is_contiguous() && out.is_contiguous(),
               "x, lora_a, lora_b and out must be contiguous");
   const int64_t* slot = row_slots.data_ptr<int64_t>();
@@ -121,7 +132,7 @@ void lora_delta(const at::Tensor& x, const at::Tensor& lora_a, const at::Tensor&
     delta_rows(x.data_ptr<float>(), lora_a.data_ptr<float>(), lora_b.data_ptr<float>(), ends, parts, rank, slot,
                scales.data_ptr<float>(), out.data_ptr<float>(), rows, in, width_rank, width);
   else if (dtype == at::kBFloat16)
-    delta_rows(x.data_ptr<c10::BFloat16>(), lora_a.data_ptr<float>(), lora_b.data_ptr<float>(), ends, parts, rank, slot,
+    delta_rows(x.data_ptr<c10::BFloat16>(), lora_a.data_ptr<c10::BFloat16>(), lora_b.data_ptr<c10::BFloat16>(), ends, parts, rank, slot,
                scales.data_ptr<float>(), out.data_ptr<c10::BFloat16>(), rows, in, width_rank, width);
   else
     TORCH_CHECK(false, "lora_delta supports float32 and bfloat16 rows, not ", dtype);
