@@ -210,6 +210,12 @@ def test_the_random_adapter_tool_writes_adapters_the_engine_reads_and_lists_them
     listed = read_adapter_list(adapter_list)
     assert sorted(listed) == ["random-0", "random-1", "random-2"]
     loaded = [Adapter.from_peft(name, folder, dims) for name, folder in listed.items()]
-    assert {adapter.rank for adapter in loaded} == {2} and all(len(adapter.matrices) == 7 * dims.num_layers for adapter in loaded)
+    assert {adapter.rank for adapter in loaded} == {2}
+    assert all({module for _, module in adapter.matrices} == {"q_proj", "v_proj"} for adapter in loaded)  # PEFT's default for a Llama
     assert not torch.equal(loaded[0].matrices[(0, "q_proj")][0], loaded[1].matrices[(0, "q_proj")][0])
     assert main([*argv, "--checkpoint", str(tmp_path / "nowhere")]) == 2
+    assert main([*argv, "--target-modules", "all", "--prefix", "wide", "--count", "1"]) == 0
+    wide = Adapter.from_peft("wide-0", tmp_path / "adapters" / "wide-0", dims)
+    assert len(wide.matrices) == 7 * dims.num_layers
+    with pytest.raises(SystemExit):
+        main([*argv, "--target-modules", "q_proj,lm_head"])

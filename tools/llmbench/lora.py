@@ -39,7 +39,7 @@ from tools.llmbench.targets import apply_mode, parse_knob_overrides
 from tools.load.llm.clients import TritonStreamClient
 from tools.load.llm.figures import Slo
 from tools.load.llm.workload import LengthRange, LlmRequest, Workload, mean_lengths
-from tools.lora.random_adapters import write_adapter
+from tools.lora.random_adapters import PEFT_DEFAULT_MODULES, parse_modules, write_adapter
 from tools.lora.repository import repository_with_adapters
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=float, default=None, help="seconds of each level's load before its scored window (default 10)")
     parser.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 1024), help="prompt tokens, LOW-HIGH")
     parser.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 256), help="output tokens, LOW-HIGH")
+    parser.add_argument(
+        "--target-modules",
+        type=parse_modules,
+        default=PEFT_DEFAULT_MODULES,
+        help="projections the adapters adapt: all, or e.g. q_proj,v_proj (PEFT's default)",
+    )
     parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slo", type=Slo.parse, default=Slo.parse("ttft=3,tpot=0.3"), help="per-request objectives in seconds")
@@ -145,7 +151,10 @@ def run_bench(args: argparse.Namespace) -> dict:
     levels = []
     with tempfile.TemporaryDirectory(prefix="bench-lora-", dir=BUILD_DIR if BUILD_DIR.is_dir() else None) as work:
         root = Path(work)
-        made = {name: write_adapter(root / "adapters" / name, dims, seed, RANK, 2.0 * RANK) for seed, name in enumerate(names)}
+        made = {
+            name: write_adapter(root / "adapters" / name, dims, seed, RANK, 2.0 * RANK, args.target_modules)
+            for seed, name in enumerate(names)
+        }
         repository = repository_with_adapters(root, made)
         levels = asyncio.run(measure_all(repository, root, chosen, requests, names, plan, args))
     return {
@@ -153,7 +162,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         "cpu": cpu_description(),
         "load_average": round(os.getloadavg()[0], 2),
         "workload": {"description": workload.describe(), "mean_prompt_tokens": mean_prompt, "mean_output_tokens": mean_output},
-        "adapters": {"rank": RANK, "counts": counts, "popularity": mixes},
+        "adapters": {"rank": RANK, "counts": counts, "popularity": mixes, "target_modules": list(args.target_modules)},
         "slo": args.slo.describe(),
         "settings": {**dataclasses.asdict(plan), "overrides": args.overrides, "quick": args.quick},
         "variants": [dataclasses.asdict(v) | {"name": v.name, "max_loras": v.max_loras} for v in chosen],

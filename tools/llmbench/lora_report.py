@@ -57,7 +57,8 @@ def markdown(report: dict) -> str:
         f"- Workload: {report['workload']['description']}; mean prompt {report['workload']['mean_prompt_tokens']:.0f} tokens, "
         f"mean output {report['workload']['mean_output_tokens']:.0f} tokens; each request names an adapter drawn by popularity "
         "(uniform, or Zipf's 1/rank), the same draw for both ways of a mix",
-        f"- Adapters: random, rank {adapters['rank']}, on every projection of every layer; the engine's knobs: {knobs}, "
+        f"- Adapters: random, rank {adapters['rank']}, on {', '.join(adapters['target_modules'])} of every layer; "
+        f"the engine's knobs: {knobs}, "
         "max_loras = the adapters (mixed) or 1 (one adapter per step)",
         f"- Load: closed loop at {', '.join(str(c) for c in settings['concurrency'])} streams; {settings['warmup_s']:g} s of warm-up, "
         f"then {settings['seconds']:g} s scored, then at most {settings['drain_s']:g} s of drain",

@@ -4,8 +4,9 @@ PEFT's files, for load tests (what they say is noise; what they cost is a real a
     python -m tools.lora.random_adapters --count 16 --rank 8 --out build/adapters \
         --list model_repository/llm/1/multi_lora.json
 
-Each adapter targets every projection (q, k, v, o, gate, up, down) of every layer, with the
-tensor names PEFT's `save_pretrained` writes; `--list` adds them to a model's adapter list.
+Each adapter targets the same projections of every layer (`--target-modules`: PEFT's default
+for a Llama, q_proj and v_proj, or `all` seven), with the tensor names PEFT's `save_pretrained`
+writes; `--list` adds them to a model's adapter list.
 """
 
 from __future__ import annotations
@@ -29,6 +30,20 @@ log = logging.getLogger("tools.lora.random_adapters")
 
 ALL_MODULES = tuple(module for modules in PROJECTIONS.values() for module in modules)
 ATTENTION_MODULES = (*PROJECTIONS["qkv"], *PROJECTIONS["o"])
+PEFT_DEFAULT_MODULES = ("q_proj", "v_proj")  # what PEFT's LoraConfig adapts in a Llama when not told
+
+
+def parse_modules(text: str) -> tuple[str, ...]:
+    """`all`, or a comma-separated list of the projections (q_proj, ..., down_proj)."""
+    if text.strip() == "all":
+        return ALL_MODULES
+    modules = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(set(modules) - set(ALL_MODULES))
+    if unknown or not modules:
+        raise argparse.ArgumentTypeError(
+            f"unknown projection {unknown[0] if unknown else text!r}: choose from all, {', '.join(ALL_MODULES)}"
+        )
+    return modules
 
 
 def write_adapter(
@@ -68,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, default=4, help="how many adapters (default 4)")
     parser.add_argument("--rank", type=int, default=8, help="their rank (default 8)")
     parser.add_argument("--alpha", type=float, default=16.0, help="lora_alpha (default 16: scale alpha / rank)")
+    parser.add_argument(
+        "--target-modules",
+        type=parse_modules,
+        default=PEFT_DEFAULT_MODULES,
+        help="projections adapted: all, or e.g. q_proj,v_proj (PEFT's default)",
+    )
     parser.add_argument("--prefix", default="random", help="names are PREFIX-0, PREFIX-1, ... (default random)")
     parser.add_argument("--out", type=Path, default=Path("build/adapters"), help="where the adapter folders go")
     parser.add_argument("--checkpoint", type=Path, default=MODEL_REPOSITORY / "llm" / "1", help="the model they adapt (its config)")
@@ -91,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     made = {}
     for index in range(args.count):
         name = f"{args.prefix}-{index}"
-        made[name] = write_adapter(args.out / name, dims, args.seed + index, args.rank, args.alpha)
+        made[name] = write_adapter(args.out / name, dims, args.seed + index, args.rank, args.alpha, args.target_modules)
         log.info("wrote %s (rank %d) to %s", name, args.rank, made[name])
     if args.list is not None:
         add_to_list(args.list, made)
