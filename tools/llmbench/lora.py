@@ -123,26 +123,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def plan_of(args: argparse.Namespace) -> Plan:
-    base = QUICK if args.quick else FULL
-    concurrency = tuple(number_list(args.concurrency, int, "--concurrency")) if args.concurrency else base.concurrency
-    warmup_s = base.warmup_s if args.warmup is None else args.warmup
-    return dataclasses.replace(base, concurrency=concurrency, seconds=args.seconds or base.seconds, warmup_s=warmup_s)
+@dataclasses.dataclass(frozen=True)
+class LoraBenchSettings:
+    """What one run measures, read from the command line once (`from_cli_args`)."""
+
+    plan: Plan
+    counts: tuple[int, ...]  # how many adapters each mix asks for
+    mixes: tuple[str, ...]  # popularity: uniform and/or zipf
+    target_modules: tuple[str, ...]
+    prompt_lengths: LengthRange
+    output_lengths: LengthRange
+    requests: int
+    seed: int
+    slo: Slo
+    overrides: dict[str, str]
+    tokenizer: Path
+    quick: bool
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> LoraBenchSettings:
+        """ValueError naming the option that cannot work."""
+        base = QUICK if args.quick else FULL
+        concurrency = tuple(number_list(args.concurrency, int, "--concurrency")) if args.concurrency else base.concurrency
+        warmup_s = base.warmup_s if args.warmup is None else args.warmup
+        plan = dataclasses.replace(base, concurrency=concurrency, seconds=args.seconds or base.seconds, warmup_s=warmup_s)
+        counts = tuple(number_list(args.adapters, int, "--adapters")) if args.adapters else ((16,) if args.quick else (1, 4, 16))
+        mixes = tuple(part.strip() for part in (args.popularity or ("uniform" if args.quick else ",".join(POPULARITY))).split(","))
+        if unknown := sorted(set(mixes) - set(POPULARITY)):
+            raise ValueError(f"--popularity: unknown {unknown[0]!r}; choose from {', '.join(POPULARITY)}")
+        if any(count < 1 for count in counts):
+            raise ValueError("--adapters: counts are at least 1")
+        return cls(
+            plan, counts, mixes, args.target_modules, args.prompt_lengths, args.output_lengths, args.requests, args.seed, args.slo,
+            args.overrides, args.tokenizer, args.quick,
+        )  # fmt: skip
 
 
-def run_bench(args: argparse.Namespace) -> dict:
-    plan = plan_of(args)
-    counts = number_list(args.adapters, int, "--adapters") if args.adapters else ([16] if args.quick else [1, 4, 16])
-    mixes = [part.strip() for part in (args.popularity or ("uniform" if args.quick else ",".join(POPULARITY))).split(",")]
-    if unknown := sorted(set(mixes) - set(POPULARITY)):
-        raise ValueError(f"--popularity: unknown {unknown[0]!r}; choose from {', '.join(POPULARITY)}")
-    if any(count < 1 for count in counts):
-        raise ValueError("--adapters: counts are at least 1")
+def run_bench(settings: LoraBenchSettings) -> dict:
+    plan, counts, mixes = settings.plan, settings.counts, settings.mixes
     checkpoint = MODEL_REPOSITORY / LLM_MODEL / "1"
     if not (checkpoint / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{checkpoint / CONFIG_FILE} is missing: run `make export` first")
-    workload = Workload(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
-    requests = workload.build(load_tokenizer(args.tokenizer))
+    workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
+    requests = workload.build(load_tokenizer(settings.tokenizer))
     mean_prompt, mean_output = mean_lengths(requests)
     dims = LlamaDims.from_json((checkpoint / CONFIG_FILE).read_text())
     names = [f"random-{index}" for index in range(max(counts))]
@@ -152,26 +175,31 @@ def run_bench(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-lora-", dir=BUILD_DIR if BUILD_DIR.is_dir() else None) as work:
         root = Path(work)
         made = {
-            name: write_adapter(root / "adapters" / name, dims, seed, RANK, 2.0 * RANK, args.target_modules)
+            name: write_adapter(root / "adapters" / name, dims, seed, RANK, 2.0 * RANK, settings.target_modules)
             for seed, name in enumerate(names)
         }
         repository = repository_with_adapters(root, made)
-        levels = asyncio.run(measure_all(repository, root, chosen, requests, names, plan, args))
+        levels = asyncio.run(measure_all(repository, root, chosen, requests, names, settings))
     return {
         "date": datetime.now().isoformat(timespec="seconds"),
         "cpu": cpu_description(),
         "load_average": round(os.getloadavg()[0], 2),
         "workload": {"description": workload.describe(), "mean_prompt_tokens": mean_prompt, "mean_output_tokens": mean_output},
-        "adapters": {"rank": RANK, "counts": counts, "popularity": mixes, "target_modules": list(args.target_modules)},
-        "slo": args.slo.describe(),
-        "settings": {**dataclasses.asdict(plan), "overrides": args.overrides, "quick": args.quick},
+        "adapters": {"rank": RANK, "counts": list(counts), "popularity": list(mixes), "target_modules": list(settings.target_modules)},
+        "slo": settings.slo.describe(),
+        "settings": {**dataclasses.asdict(plan), "overrides": settings.overrides, "quick": settings.quick},
         "variants": [dataclasses.asdict(v) | {"name": v.name, "max_loras": v.max_loras} for v in chosen],
         "levels": levels,
     }
 
 
 async def measure_all(
-    repository: Path, root: Path, chosen: Sequence[Variant], requests: Sequence[LlmRequest], names: Sequence[str], plan: Plan, args
+    repository: Path,
+    root: Path,
+    chosen: Sequence[Variant],
+    requests: Sequence[LlmRequest],
+    names: Sequence[str],
+    settings: LoraBenchSettings,
 ) -> list[dict]:
     from tools.ports import free_ports
     from tools.serve.local_triton import LocalTriton, ServerOptions
@@ -188,12 +216,12 @@ async def measure_all(
     levels = []
     with LocalTriton(options, log_path=root / "triton.log").start() as server:
         for variant in chosen:
-            overrides = {**args.overrides, "max_loras": str(variant.max_loras)}
+            overrides = {**settings.overrides, "max_loras": str(variant.max_loras)}
             apply_mode(server.client, "iteration", LLM_MODEL, overrides)
-            asked = with_adapters(requests, variant, names, args.seed)
-            runs = await measure_target(TritonStreamClient(options.grpc_url, LLM_MODEL), asked, plan, args.seed)
+            asked = with_adapters(requests, variant, names, settings.seed)
+            runs = await measure_target(TritonStreamClient(options.grpc_url, LLM_MODEL), asked, settings.plan, settings.seed)
             for schedule, records, duration_s, late, load in runs:
-                entry = level_entry(variant.name, schedule, records, duration_s, late, load, args.slo)
+                entry = level_entry(variant.name, schedule, records, duration_s, late, load, settings.slo)
                 levels.append({**entry, "way": variant.way, "adapters": variant.adapters, "popularity": variant.popularity})
     return levels
 
@@ -202,7 +230,7 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args)
     try:
-        report = run_bench(args)
+        report = run_bench(LoraBenchSettings.from_cli_args(args))
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         log.error("%s", exc)
         return 2

@@ -48,20 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def change_list(args: argparse.Namespace, adapter_list: Path) -> None:
-    """Apply add or remove to the list; AdapterError or ValueError when it cannot be done."""
+def change_list(action: str, name: str, folder: Path | None, checkpoint: Path) -> None:
+    """Add or remove `name` in the checkpoint's adapter list; AdapterError or ValueError when it
+    cannot be done (the list then stays as it was)."""
+    adapter_list = checkpoint / ADAPTER_LIST
     listed = read_adapter_list(adapter_list) if adapter_list.is_file() else {}
-    if args.action == "add":
-        if args.folder is None:
+    if action == "add":
+        if folder is None:
             raise ValueError("add needs the adapter's folder: add NAME FOLDER")
-        dims = LlamaDims.from_json((args.checkpoint / CONFIG_FILE).read_text())
-        Adapter.from_peft(args.name, args.folder, dims)  # refused here, not by the server
-        add_to_list(adapter_list, {args.name: args.folder})
+        dims = LlamaDims.from_json((checkpoint / CONFIG_FILE).read_text())
+        Adapter.from_peft(name, folder, dims)  # refused here, not by the server
+        add_to_list(adapter_list, {name: folder})
         return
-    if args.name not in listed:
-        raise ValueError(f"no adapter {args.name!r} in {adapter_list}; listed: {', '.join(sorted(listed)) or 'none'}")
+    if name not in listed:
+        raise ValueError(f"no adapter {name!r} in {adapter_list}; listed: {', '.join(sorted(listed)) or 'none'}")
     kept = json.loads(adapter_list.read_text())
-    del kept[args.name]
+    del kept[name]
     adapter_list.write_text(json.dumps(kept, indent=2) + "\n")
 
 
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s has no checkpoint: run `make export` first", args.checkpoint)
         return 2
     try:
-        change_list(args, adapter_list)
+        change_list(args.action, args.name, args.folder, args.checkpoint)
     except (AdapterError, ValueError, OSError) as error:
         log.error("%s", error)
         return 2
