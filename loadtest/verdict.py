@@ -22,7 +22,7 @@ from tools.load.outcomes import CLIENT_TIMEOUT, REJECTED, TIMEOUT, classify
 TRAFFIC_CLASSES = ("interactive", "bulk")
 # The LLM users' request kinds (loadtest/llm_users.py), judged like traffic classes.
 LLM_CLASSES = ("ttft", "itl", "e2e")
-# The LLM's SLO: the LLM benchmark's default objective (tools/llmbench: TTFT 1 s, 100 ms per
+# The LLM's SLO: the LLM benchmark's default objective (tools/bench/llm: TTFT 1 s, 100 ms per
 # token) and the one the Prometheus alerts compare with (monitoring/prometheus/rules); a test
 # keeps the three equal.
 LLM_TTFT_SLO_MS = 1000.0

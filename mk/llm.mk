@@ -41,7 +41,7 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 	cp $(LLAMA_CPP_DIR)/cmake/bin/llama-server $@
 
 bench-llm: export ## our engine's 3 modes, vLLM in Triton, vLLM's server (and llama-server once built) under one seeded load, reports/bench-llm/ (BENCH_LLM_ARGS=--quick)
-	$(PY) -m tools.llmbench --llama-server $(LLAMA_SERVER) $(BENCH_LLM_ARGS)
+	$(PY) -m tools.bench.llm --llama-server $(LLAMA_SERVER) $(BENCH_LLM_ARGS)
 
 bench-lora: export ## mixed-adapter LoRA batching vs one adapter per step vs the base model, reports/bench-lora/ (BENCH_LORA_ARGS=--quick)
-	$(PY) -m tools.llmbench.lora $(BENCH_LORA_ARGS)
+	$(PY) -m tools.bench.llm.lora $(BENCH_LORA_ARGS)

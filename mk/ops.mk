@@ -13,7 +13,7 @@ VLLM_CHECK_ARGS ?=
 OPS_APT_PACKAGES := prometheus docker-compose
 VLLM_GPU_BUNDLE := build/vllm-gpu-bundle
 VLLM_GPU_META := config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja
-# What the check's own imports need beyond a GPU host's torch stack (tools.llmbench imports
+# What the check's own imports need beyond a GPU host's torch stack (tools.bench.llm imports
 # tritonclient): the project's pins, as cp312 manylinux wheels (the lent machines' Python).
 VLLM_GPU_WHEELS = $(shell sed -n 's/\[.*\]//; /^\(tritonclient\|protobuf\)==/p' requirements.txt) \
 	python-rapidjson==$(shell $(PY) -c "from importlib.metadata import version; print(version('python-rapidjson'))")

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tools.llmbench.__main__ import DEFAULT_LLAMA_SERVER, run
-from tools.llmbench.targets import MODEL
+from tools.bench.llm.__main__ import DEFAULT_LLAMA_SERVER, run
+from tools.bench.llm.targets import MODEL
 from tools.load.llm.workload import gguf_path
 from tools.repo.model_config import ModelConfig
 

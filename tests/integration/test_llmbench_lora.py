@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tools.llmbench.lora import run
+from tools.bench.llm.lora import run
 
 pytestmark = pytest.mark.integration
 

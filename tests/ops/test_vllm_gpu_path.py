@@ -198,12 +198,12 @@ def test_the_gpu_check_refuses_bad_arguments_with_status_2(arguments: tuple[str,
     assert result.stderr.startswith("vllm_check.sh: ") and "--help" in result.stderr
 
 
-def test_the_gpu_checks_bench_command_is_one_llmbench_accepts() -> None:
+def test_the_gpu_checks_bench_command_is_one_the_llm_benchmark_accepts() -> None:
     """The plan's bench arguments parse with bench-llm's own parser (its --vllm-python/--vllm-config)."""
-    from tools.llmbench.__main__ import build_parser
+    from tools.bench.llm.__main__ import build_parser
 
-    line = next(line for line in check("--dry-run").stdout.splitlines() if "python -m tools.llmbench" in line)
-    arguments = shlex.split(line.split("python -m tools.llmbench", 1)[1])
+    line = next(line for line in check("--dry-run").stdout.splitlines() if "python -m tools.bench.llm" in line)
+    arguments = shlex.split(line.split("python -m tools.bench.llm", 1)[1])
     args = build_parser().parse_args([*arguments, "--vllm-python", shutil.which("python3") or "python3"])
     assert args.targets == "vllm-server" and args.concurrency == (16, 64, 256) and args.rates == ()
     assert args.vllm_config.name == "vllm-gpu.pbtxt"

@@ -11,7 +11,7 @@ import aiohttp.web
 import numpy as np
 import pytest
 
-from tools.llmbench.driver import LevelDriver
+from tools.bench.llm.driver import LevelDriver
 from tools.load.llm.clients import OpenAIStreamClient, StreamError
 from tools.load.llm.records import CUT, StreamRecord
 from tools.load.llm.workload import LlmRequest

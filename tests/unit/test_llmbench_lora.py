@@ -1,4 +1,4 @@
-"""The LoRA benchmark's plan and report (tools/llmbench/lora.py); the run itself is
+"""The LoRA benchmark's plan and report (tools/bench/llm/lora.py); the run itself is
 tests/integration/test_llmbench_lora.py."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.llmbench.lora import Variant, adapter_shares, variants, with_adapters
-from tools.llmbench.lora_report import comparison_table
+from tools.bench.llm.lora import Variant, adapter_shares, variants, with_adapters
+from tools.bench.llm.lora_report import comparison_table
 from tools.load.llm.workload import LlmRequest
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.llmbench.__main__ import FULL, QUICK, append_to, build_parser, plan_of, selected_targets
-from tools.llmbench.report import comparisons, render_markdown, write_report
-from tools.llmbench.targets import LlamaServerTarget
+from tools.bench.llm.__main__ import FULL, QUICK, append_to, build_parser, plan_of, selected_targets
+from tools.bench.llm.report import comparisons, render_markdown, write_report
+from tools.bench.llm.targets import LlamaServerTarget
 from tools.load.schedules import ClosedLoop, Poisson
 
 
@@ -110,7 +110,7 @@ def test_the_comparisons_state_what_the_triton_path_costs_our_engine() -> None:
 def test_vllms_own_server_runs_the_knobs_of_the_vllm_config_on_the_same_checkpoint(tmp_path: Path) -> None:
     from llm.serving.knobs import parameters_from_pbtxt
     from llm.vllm_engine.knobs import VllmKnobs
-    from tools.llmbench.targets import VLLM_CONFIG, VllmServerTarget
+    from tools.bench.llm.targets import VLLM_CONFIG, VllmServerTarget
 
     command = VllmServerTarget(tmp_path / "hf").command(9123)
     assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
@@ -193,7 +193,7 @@ def test_a_target_measured_in_both_runs_is_not_appended_twice() -> None:
 
 
 def test_knob_overrides_for_our_engine_are_checked_against_its_knobs() -> None:
-    from tools.llmbench.targets import parse_knob_overrides
+    from tools.bench.llm.targets import parse_knob_overrides
 
     assert parse_knob_overrides("weights=int4, dtype=auto") == {"weights": "int4", "dtype": "auto"}
     assert parse_knob_overrides("") == {}

@@ -3,7 +3,7 @@ few static settings, live, on one seeded bursty gamma trace.
 
 A local Triton serves only `llm`, started with a fresh control key in its environment; every
 static setting is set through the same live control request the controller uses (no reload
-between runs, one engine for all), then the trace is replayed with tools.llmbench's driver and
+between runs, one engine for all), then the trace is replayed with tools.bench.llm's driver and
 gRPC streaming client; last the controller runs from the default setting during a replay.
 One run on a shared machine: differences of a few points are noise.
 """

@@ -12,7 +12,7 @@
 #   checkpoint  model_repository/llm/1/hf, or a stand-in with random weights built from the
 #               bundle's config and tokenizer files (timings hold, parity does not)
 #   parity      the export's vLLM parity gate on CUDA, bf16 (tools/gpu/vllm_gpu_steps.py parity)
-#   bench       python -m tools.llmbench --targets vllm-server at --concurrency (16,64,256)
+#   bench       python -m tools.bench.llm --targets vllm-server at --concurrency (16,64,256)
 #   calibrate   python -m tools.simulate llm calibrate --engine vllm (skipped until it exists)
 # Results go to --out (default $OUT, else build/vllm-gpu-check): check.log, summary.txt,
 # env.json, parity.json, bench/bench-llm.{json,md,png}, calibration.json. Exit status: 0 when
@@ -102,7 +102,7 @@ if ((DRY_RUN)); then
     done
     shown=()
     for argument in "${BENCH_ARGS[@]}"; do shown+=("${argument:-''}"); done
-    echo "  bench: python -m tools.llmbench ${shown[*]} --vllm-config $KNOBS --tokenizer $CHECKPOINT/tokenizer.json"
+    echo "  bench: python -m tools.bench.llm ${shown[*]} --vllm-config $KNOBS --tokenizer $CHECKPOINT/tokenizer.json"
     exit 0
 fi
 
@@ -247,7 +247,7 @@ fi
 # --- bench ---------------------------------------------------------------------------------
 if selected bench && needs bench; then
     has aiohttp || say "WARNING: aiohttp does not import; the bench's OpenAI client needs it"
-    run_step bench "bench/bench-llm.md" "$PYTHON" -m tools.llmbench "${BENCH_ARGS[@]}" \
+    run_step bench "bench/bench-llm.md" "$PYTHON" -m tools.bench.llm "${BENCH_ARGS[@]}" \
         --vllm-python "$(command -v "$PYTHON")" --vllm-config "$KNOBS" --tokenizer "$CHECKPOINT/tokenizer.json" --out "$OUT_DIR/bench"
 fi
 

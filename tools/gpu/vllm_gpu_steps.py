@@ -116,7 +116,7 @@ def gpu_parameters() -> dict[str, str]:
 
 
 def write_knobs(out: Path) -> Path:
-    """configs/vllm.pbtxt as the GPU serves it, for `python -m tools.llmbench --vllm-config`."""
+    """configs/vllm.pbtxt as the GPU serves it, for `python -m tools.bench.llm --vllm-config`."""
     from tools.paths import MODEL_REPOSITORY
     from tools.repo.model_config import format_config
     from tools.repo.variant import vllm_gpu_knob_config

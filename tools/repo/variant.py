@@ -117,7 +117,7 @@ def vllm_gpu_parameters(model_dir: Path) -> dict[str, str]:
 
 def vllm_gpu_knob_config(model_dir: Path) -> ModelConfig:
     """configs/vllm.pbtxt as a GPU host runs it (VLLM_ON_GPU, no venv): what vLLM's own server is
-    given in the GPU benchmark (`python -m tools.llmbench --vllm-config`)."""
+    given in the GPU benchmark (`python -m tools.bench.llm --vllm-config`)."""
     config = load_config(model_dir / "configs" / f"{VLLM_KNOBS}.pbtxt")
     del config.parameters["EXECUTION_ENV_PATH"]
     for key, value in vllm_gpu_parameters(model_dir).items():

@@ -78,7 +78,7 @@ def load_cost_model(path: Path | None, engine: str) -> StepCostModel:
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("workload and level (as tools.llmbench)")
+    group = parser.add_argument_group("workload and level (as tools.bench.llm)")
     group.add_argument("--prompt-lengths", type=LengthRange.parse, default=LengthRange(32, 512), help="LOW-HIGH tokens (default 32-512)")
     group.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 128), help="LOW-HIGH tokens (default 16-128)")
     group.add_argument("--requests", type=int, default=500, help="size of the seeded workload (default %(default)s)")
@@ -234,7 +234,7 @@ def _levels(concurrency: str, rates: str) -> list:
 
 def run_validate(args: argparse.Namespace) -> int:
     from llm.serving.knobs import parameters_from_pbtxt
-    from tools.llmbench.levels import load_tokenizer
+    from tools.bench.llm.levels import load_tokenizer
     from tools.load.llm.workload import Workload
     from tools.simulate.llm.live import live_server
     from tools.simulate.llm.validate import ValidationCase, validate

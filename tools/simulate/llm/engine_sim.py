@@ -2,12 +2,12 @@
 
 llm/scheduler is pure (the time is passed in), so this drives the very code the server runs
 (one source of truth for the policy) with a step that takes the cost model's seconds instead
-of running the model. Requests arrive as tools.llmbench's driver sends them (the same seeded
+of running the model. Requests arrive as tools.bench.llm's driver sends them (the same seeded
 Poisson offsets, or N closed-loop streams sending the next request when the last one ended,
 from the same place in the workload),
 are taken in at the start of the next step as EngineLoop does, and generate exactly
 `max_tokens` tokens (the benchmark ignores EOS). Each request becomes a StreamRecord, so the
-figures (TTFT, TPOT, ITL, goodput) are tools.llmbench's own definitions, not a second copy.
+figures (TTFT, TPOT, ITL, goodput) are tools.bench.llm's own definitions, not a second copy.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
 from llm.scheduler import Scheduler
 from llm.scheduler import Sequence as SchedSequence
-from tools.llmbench.driver import Schedule
+from tools.bench.llm.driver import Schedule
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import CUT, StreamRecord
 from tools.load.schedules import ClosedLoop
@@ -102,7 +102,7 @@ class _Open:
 
 
 class EngineSimulation:
-    """One load level, as tools.llmbench.driver.LevelDriver runs it, on a simulated engine."""
+    """One load level, as tools.bench.llm.driver.LevelDriver runs it, on a simulated engine."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 The reload is a config override through Triton's model-control API (the repository on disk
 untouched), unloading first so two engines never hold a KV cache at once, as
-tools.llmbench.targets does for the mode. Levels run through tools.llmbench's driver and
+tools.bench.llm.targets does for the mode. Levels run through tools.bench.llm's driver and
 gRPC streaming client, so live and simulated figures are the same code.
 """
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.serving.knobs import BACKEND_KEYS
+from tools.bench.llm.driver import LevelDriver, Schedule
 from tools.contract import LLM_MODEL
-from tools.llmbench.driver import LevelDriver, Schedule
 from tools.load.llm.clients import TritonStreamClient
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord

@@ -1,4 +1,4 @@
-"""One config under one load level, simulated: tools.llmbench's figures plus the engine's view."""
+"""One config under one load level, simulated: tools.bench.llm's figures plus the engine's view."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llm.contract import SchedulerConfig
-from tools.llmbench.driver import Schedule, level_label
+from tools.bench.llm.driver import Schedule, level_label
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.simulate.llm.engine_sim import NO_OVERHEADS, EngineShape, EngineSimulation, Overheads, RequestShape
 from tools.simulate.llm.step_cost import StepCostModel
@@ -14,12 +14,12 @@ from tools.simulate.llm.step_cost import StepCostModel
 
 @dataclass(frozen=True)
 class LevelPlan:
-    """How long a level sends and drains, and its arrival seed (as tools.llmbench runs it)."""
+    """How long a level sends and drains, and its arrival seed (as tools.bench.llm runs it)."""
 
     seconds: float = 60.0
     drain_s: float = 30.0
     seed: int = 0
-    first_request: int = 0  # where in the workload the level starts (tools.llmbench.driver)
+    first_request: int = 0  # where in the workload the level starts (tools.bench.llm.driver)
 
 
 @dataclass(frozen=True)

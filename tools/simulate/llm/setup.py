@@ -3,7 +3,7 @@
 The knobs come from a config.pbtxt's `parameters` through llm.serving.knobs (the parser the
 model itself uses, so a config the server refuses is refused here too); the KV block count
 from `kv_cache_bytes` and the checkpoint's dimensions, as PagedKVCache computes it; request
-lengths from the same seeded draws as tools.llmbench's workload.
+lengths from the same seeded draws as tools.bench.llm's workload.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tools.llmbench.driver import Schedule, level_label
+from tools.bench.llm.driver import Schedule, level_label
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.workload import LlmRequest
 from tools.simulate.llm.engine_sim import NO_OVERHEADS, Overheads

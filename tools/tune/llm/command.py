@@ -2,7 +2,7 @@
 
 Simulates every candidate of the space (tools/simulate/llm: the real scheduler on a step cost
 model measured on this CPU) under the level to tune for, measures the top few and the
-config's own knobs live on a Triton (tools.llmbench's driver and client), and picks the
+config's own knobs live on a Triton (tools.bench.llm's driver and client), and picks the
 best measured by the SLO's order (tools/tune/llm/space.py). `--strategy grid` measures every
 candidate instead (the baseline the model-guided pick is judged against: make bench-tune-llm). Prints predicted beside measured,
 writes a report, and with --apply writes the winner into the config's parameters through the
@@ -32,11 +32,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tools.bench.llm.driver import level_label
 from tools.cli.arguments import number_list, parse_settings
 from tools.cli.exit_status import run_reporting_errors
 from tools.cli.logsetup import add_verbosity_flags
 from tools.cli.settings import settings_from
-from tools.llmbench.driver import level_label
 from tools.load.llm.figures import LevelFigures
 from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
@@ -363,7 +363,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
 
 def workload_requests(settings: LlmTuneSettings) -> list:
     """The seeded requests every level draws from (tokenized with the model's tokenizer)."""
-    from tools.llmbench.levels import load_tokenizer
+    from tools.bench.llm.levels import load_tokenizer
     from tools.load.llm.workload import Workload
 
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)

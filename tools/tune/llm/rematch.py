@@ -24,7 +24,7 @@ from tools.simulate.llm.slo import LlmSlo
 from tools.tune.llm.space import label, score
 
 if TYPE_CHECKING:
-    from tools.llmbench.driver import Schedule
+    from tools.bench.llm.driver import Schedule
     from tools.load.llm.workload import LlmRequest
     from tools.simulate.llm.live import LiveServer
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tools.llmbench.driver import Schedule
+from tools.bench.llm.driver import Schedule
 from tools.load.llm.figures import LevelFigures
 from tools.simulate.llm.engine_sim import RequestShape
 from tools.simulate.llm.predict import LevelPlan, predict_level

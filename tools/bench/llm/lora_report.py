@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tools.llmbench.report import COLUMNS, _cell, _ratio
+from tools.bench.llm.report import COLUMNS, _cell, _ratio
 from tools.machine import cpu_summary
 
 BASE, MIXED, ONE_PER_STEP = "base", "mixed", "one adapter per step"

@@ -1,9 +1,9 @@
 """Two scheduler experiments on the real engine, in process (the EngineLoop and its thread,
 no Triton: what they compare is the scheduler's choice, which the server only wraps).
 
-`python -m tools.llmbench.scheduling prefix` — TTFT of requests that share a ~500-token
+`python -m tools.bench.llm.scheduling prefix` — TTFT of requests that share a ~500-token
 system prompt, one at a time, with prefix caching on and then off.
-`python -m tools.llmbench.scheduling priority` — TTFT of interactive requests (priority 0)
+`python -m tools.bench.llm.scheduling priority` — TTFT of interactive requests (priority 0)
 arriving while a queue of batch requests (priority 10) saturates `max_num_seqs`, under
 policy `fcfs` and then `priority` (which preempts a batch sequence for an interactive one).
 Each prints one line per run with the percentiles; the figures in docs/llm.md come from here.

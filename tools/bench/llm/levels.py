@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.llmbench.driver import LevelDriver, Schedule, level_label
+from tools.bench.llm.driver import LevelDriver, Schedule, level_label
 from tools.load.llm.clients import StreamClient
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest, Tokenizer, gguf_path, warmup_request
 from tools.load.schedules import ClosedLoop, Poisson
 
-log = logging.getLogger("tools.llmbench")
+log = logging.getLogger("tools.bench.llm")
 
 
 @dataclass(frozen=True)

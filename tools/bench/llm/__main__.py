@@ -1,4 +1,4 @@
-"""`python -m tools.llmbench` (`make bench-llm`): the `llm` model's three scheduler modes, our
+"""`python -m tools.bench.llm` (`make bench-llm`): the `llm` model's three scheduler modes, our
 engine in this process with no server (`engine-loop`), the `llm` model on vLLM's engine, vLLM's
 own OpenAI server and llama.cpp's llama-server under one seeded streaming load, written to
 reports/bench-llm/.
@@ -8,9 +8,9 @@ rate), after two unmeasured warm-up requests. Without `--url` a local Triton is 
 with only `llm` loaded (explicit model control); with `--url` the server's own `llm` is
 reloaded per mode and its config restored at the end.
 
-    python -m tools.llmbench --quick
-    python -m tools.llmbench --targets iteration,llama-server --concurrency 1,16 --rates 0.5
-    python -m tools.llmbench --targets iteration,vllm,vllm-server --concurrency 1,4,16,32 --rates ''
+    python -m tools.bench.llm --quick
+    python -m tools.bench.llm --targets iteration,llama-server --concurrency 1,16 --rates 0.5
+    python -m tools.bench.llm --targets iteration,vllm,vllm-server --concurrency 1,4,16,32 --rates ''
 
 """
 
@@ -28,11 +28,10 @@ from datetime import datetime
 from pathlib import Path
 
 from llm.artifacts import HF_FOLDER
-from tools.cli.logsetup import add_verbosity_flags, configure_logging
-from tools.llmbench.in_process import ENGINE_LOOP, EngineLoopTarget
-from tools.llmbench.levels import Plan, level_entry, load_tokenizer, measure_target
-from tools.llmbench.report import write_report
-from tools.llmbench.targets import (
+from tools.bench.llm.in_process import ENGINE_LOOP, EngineLoopTarget
+from tools.bench.llm.levels import Plan, level_entry, load_tokenizer, measure_target
+from tools.bench.llm.report import write_report
+from tools.bench.llm.targets import (
     LLAMA_SERVER,
     MODEL,
     MODES,
@@ -47,6 +46,7 @@ from tools.llmbench.targets import (
     check_model_control,
     parse_knob_overrides,
 )
+from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.llm.figures import Slo
 from tools.load.llm.workload import LengthRange, Workload, gguf_path, mean_lengths
 from tools.machine import cpu_description
@@ -89,7 +89,7 @@ def _knob_overrides(text: str) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.llmbench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m tools.bench.llm", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--quick",
@@ -197,7 +197,7 @@ def triton_control(args: argparse.Namespace) -> Iterator[tuple[TritonClient, str
         return
     http, grpc, metrics = free_ports(3)
     options = ServerOptions(http_port=http, grpc_port=grpc, metrics_port=metrics, model_control_mode="explicit", load_models=(MODEL,))
-    with LocalTriton(options, log_path=BUILD_DIR / f"triton-llmbench-{http}.log").start() as server:
+    with LocalTriton(options, log_path=BUILD_DIR / f"triton-bench-llm-{http}.log").start() as server:
         yield server.client, options.grpc_url
 
 

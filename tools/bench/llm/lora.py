@@ -1,4 +1,4 @@
-"""`python -m tools.llmbench.lora` (`make bench-lora`): heterogeneous batching measured. The
+"""`python -m tools.bench.llm.lora` (`make bench-lora`): heterogeneous batching measured. The
 `llm` model serves random LoRA adapters (rank 8) and one seeded streaming load asks for them
 with uniform or Zipf popularity; three ways of serving it, side by side on one server:
 
@@ -7,8 +7,8 @@ with uniform or Zipf popularity; three ways of serving it, side by side on one s
   batch holds one adapter's requests only);
 - base: the same requests without adapters, the ceiling.
 
-    python -m tools.llmbench.lora --quick
-    python -m tools.llmbench.lora --adapters 1,4,16 --popularity uniform,zipf --concurrency 16,32
+    python -m tools.bench.llm.lora --quick
+    python -m tools.bench.llm.lora --adapters 1,4,16 --popularity uniform,zipf --concurrency 16,32
 
 Writes reports/bench-lora/ (JSON and Markdown, the CPU named beside the table).
 """
@@ -30,12 +30,12 @@ import numpy as np
 
 from llm.artifacts import CONFIG_FILE
 from llm.engine.checkpoint import LlamaDims
+from tools.bench.llm.levels import Plan, level_entry, load_tokenizer, measure_target
+from tools.bench.llm.lora_report import BASE, MIXED, ONE_PER_STEP, write_report
+from tools.bench.llm.targets import apply_mode, parse_knob_overrides
 from tools.cli.arguments import number_list
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import LLM_MODEL
-from tools.llmbench.levels import Plan, level_entry, load_tokenizer, measure_target
-from tools.llmbench.lora_report import BASE, MIXED, ONE_PER_STEP, write_report
-from tools.llmbench.targets import apply_mode, parse_knob_overrides
 from tools.load.llm.clients import TritonStreamClient
 from tools.load.llm.figures import Slo
 from tools.load.llm.workload import LengthRange, LlmRequest, Workload, mean_lengths
@@ -44,7 +44,7 @@ from tools.lora.repository import repository_with_adapters
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
 
-log = logging.getLogger("tools.llmbench.lora")
+log = logging.getLogger("tools.bench.llm.lora")
 
 POPULARITY = ("uniform", "zipf")
 FULL = Plan(concurrency=(16, 32), rates=(), seconds=30.0, drain_s=20.0, warmup_s=10.0)
@@ -98,7 +98,7 @@ def with_adapters(requests: Sequence[LlmRequest], variant: Variant, names: Seque
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools.llmbench.lora", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.llm.lora", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="16 adapters, uniform, 16 streams, 20 s levels (~6 min)")
     parser.add_argument("--adapters", default=None, help="adapter counts (default 1,4,16; quick 16)")
     parser.add_argument("--popularity", default=None, help="uniform, zipf or both (default both; quick uniform)")

@@ -1,4 +1,4 @@
-"""`python -m tools.llmbench` (`make bench-llm`): streaming load against generative targets.
+"""`python -m tools.bench.llm` (`make bench-llm`): streaming load against generative targets.
 
 One seeded workload (prompt and output lengths, prompt texts), one streaming client per
 protocol (gRPC bidirectional streaming to Triton's `llm` model, the OpenAI streaming endpoint
