@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.adapt.llm_control import LlmController, LlmLaw, LlmSetting, LlmWindow, want
+from tools.adapt.llm.control import LlmController, LlmLaw, LlmSetting, LlmWindow, want
 
 LAW = LlmLaw(ttft_slo_s=1.0, tpot_slo_s=0.1, confirm_windows=1, drift_windows=1, min_interval_s=0.0)
 DEFAULT = LlmSetting(512, 0.0)

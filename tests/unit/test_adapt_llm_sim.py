@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.adapt.llm_control import LlmLaw, LlmSetting
+from tools.adapt.llm.control import LlmLaw, LlmSetting
 from tools.load.llm.workload import LengthRange
 from tools.load.schedules import Gamma
 from tools.simulate.llm.adapt import SHIPPED_COST_MODEL, SimSetup, run_controlled, run_static

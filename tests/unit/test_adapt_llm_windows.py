@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tools.adapt.llm_windows import histogram_p99, window_from_records
+from tools.adapt.llm.windows import histogram_p99, window_from_records
 from tools.load.llm.records import StreamRecord
 
 

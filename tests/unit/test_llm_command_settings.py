@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.adapt import llm_cli
+from tools.adapt.llm import cli as adapt_llm
+from tools.adapt.llm.settings import BenchSettings, LiveSettings
 from tools.cli.arguments import parse_settings
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.reliability import llm_soak
@@ -15,9 +16,7 @@ from tools.tune.llm import command as tune_llm
 
 
 def test_adapt_bench_settings_carry_the_law_and_record_every_option_for_the_report() -> None:
-    settings = parse_settings(
-        llm_cli.build_parser(), ["bench", "--budgets", "64,512", "--min-budget", "32"], llm_cli.BenchSettings.from_cli_args
-    )
+    settings = parse_settings(adapt_llm.build_parser(), ["bench", "--budgets", "64,512", "--min-budget", "32"], BenchSettings.from_cli_args)
     assert settings.budgets == [64, 512] and settings.rate == 0.3 and settings.deadline_s == 180.0
     assert settings.control.law.min_budget == 32 and settings.control.law.default.max_num_batched_tokens == 512
     assert settings.control.window_s == 10.0 and settings.control.law.ttft_slo_s == settings.control.slo.ttft_s == 10.0
@@ -27,7 +26,7 @@ def test_adapt_bench_settings_carry_the_law_and_record_every_option_for_the_repo
 
 def test_adapt_live_settings_read_the_server_and_the_law() -> None:
     argv = ["live", "--grpc-url", "h:1", "--metrics-url", "h:2", "--dry-run", "--window", "5"]
-    settings = parse_settings(llm_cli.build_parser(), argv, llm_cli.LiveSettings.from_cli_args)
+    settings = parse_settings(adapt_llm.build_parser(), argv, LiveSettings.from_cli_args)
     assert (settings.grpc_url, settings.metrics_url, settings.dry_run, settings.duration_s) == ("h:1", "h:2", True, None)
     assert settings.control.window_s == 5.0
 
@@ -44,7 +43,7 @@ def test_adapt_live_settings_read_the_server_and_the_law() -> None:
 )
 def test_adapt_llm_refuses_an_out_of_range_option_by_name(argv: list[str], option: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
-        llm_cli.run(argv)
+        adapt_llm.run(argv)
     assert exit_.value.code == 2 and option in capsys.readouterr().err
 
 

@@ -10,7 +10,7 @@ config. Every decision is logged with its reason and figures. See docs/adapt.md.
 Examples:
   python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --admin-key-file key
   python -m tools.adapt --model encoder --p99-ms 150 --url localhost:8000 --dry-run -v
-  python -m tools.adapt --model llm simulate|live|bench ...   # the LLM (tools/adapt/llm_cli.py)
+  python -m tools.adapt --model llm live|bench ...   # the LLM (tools/adapt/llm/cli.py)
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def write_decisions(path: Path | None, live: LiveController, start_delay_us: int
 def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--model=llm" in argv or any(a == "--model" and b == "llm" for a, b in itertools.pairwise(argv)):
-        from tools.adapt.llm_cli import run as run_llm  # the LLM's token budget and max-wait: tools/adapt/llm_*.py
+        from tools.adapt.llm.cli import run as run_llm  # the LLM's token budget and max-wait: tools/adapt/llm/
 
         return run_llm(argv)
     parser = build_parser()

@@ -1,4 +1,4 @@
-"""The LLM controller (tools/adapt/llm_control.py) against every static setting of the same
+"""The LLM controller (tools/adapt/llm/control.py) against every static setting of the same
 space, in the step-level simulator: `python -m tools.simulate.llm.adapt` (`make sim-adapt-llm`).
 
 The simulator (tools/simulate/llm) drives the real llm/scheduler with the step cost model's
@@ -18,9 +18,9 @@ from pathlib import Path
 
 from llm.contract import SchedulerConfig
 from llm.scheduler import Scheduler
-from tools.adapt.llm_control import LlmController, LlmDecision, LlmLaw, LlmSetting
-from tools.adapt.llm_report import row, table, write_json
-from tools.adapt.llm_windows import window_from_records
+from tools.adapt.llm.control import LlmController, LlmDecision, LlmLaw, LlmSetting
+from tools.adapt.llm.report import row, table, write_json
+from tools.adapt.llm.windows import window_from_records
 from tools.load.llm.figures import LevelFigures
 from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LengthRange

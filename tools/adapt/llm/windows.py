@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from tools.adapt.llm_control import LlmWindow
+from tools.adapt.llm.control import LlmWindow
 from tools.load.llm.records import StreamRecord
 
 

@@ -19,10 +19,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from tools.adapt.llm_cli import BenchSettings
-from tools.adapt.llm_control import LlmController, LlmSetting
-from tools.adapt.llm_live import ControlChannel, MetricWindows, control_loop
-from tools.adapt.llm_report import row, table, write_json
+from tools.adapt.llm.control import LlmController, LlmSetting
+from tools.adapt.llm.live import ControlChannel, MetricWindows, control_loop
+from tools.adapt.llm.report import row, table, write_json
+from tools.adapt.llm.settings import BenchSettings
 from tools.contract import LLM_MODEL
 from tools.load.llm.clients import TritonStreamClient
 from tools.load.llm.figures import LevelFigures

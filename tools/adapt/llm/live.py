@@ -21,8 +21,8 @@ from dataclasses import asdict
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from tools.adapt.llm_control import LlmController, LlmDecision, LlmWindow
-from tools.adapt.llm_windows import histogram_p99
+from tools.adapt.llm.control import LlmController, LlmDecision, LlmWindow
+from tools.adapt.llm.windows import histogram_p99
 from tools.contract import LLM_MODEL
 from tools.triton_client import fetch_metrics
 

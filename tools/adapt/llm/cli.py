@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from tools.adapt.llm_control import LlmController, LlmLaw, LlmSetting
+from tools.adapt.llm.control import LlmController
+from tools.adapt.llm.settings import BenchSettings, LiveSettings
 from tools.cli.arguments import parse_settings
 from tools.cli.logsetup import add_verbosity_flags
 from tools.load.llm.figures import Slo
@@ -36,7 +36,7 @@ def _ints(text: str) -> list[int]:
 
 
 def _law_arguments(parser: argparse.ArgumentParser) -> None:
-    law = parser.add_argument_group("control law (tools/adapt/llm_control.py)")
+    law = parser.add_argument_group("control law (tools/adapt/llm/control.py)")
     law.add_argument(
         "--slo", type=Slo.parse, default=Slo(ttft_s=10.0, tpot_s=0.6), help="ttft=SECONDS,tpot=SECONDS, p99s (default 10, 0.6)"
     )
@@ -78,97 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass(frozen=True)
-class ControlSettings:
-    """The control law's options, shared by `live` and `bench`."""
-
-    slo: Slo
-    law: LlmLaw
-    window_s: float  # seconds per observation window
-
-    @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> ControlSettings:
-        """ValueError names the option it refuses."""
-        if not 0 < args.window < math.inf:
-            raise ValueError(f"--window must be a number of seconds above 0, got {args.window:g}")
-        if not 0 < args.min_budget <= args.default_budget <= args.max_budget:
-            raise ValueError(
-                "--min-budget, --default-budget and --max-budget must satisfy 0 < min <= default <= max, got "
-                f"{args.min_budget}, {args.default_budget}, {args.max_budget}"
-            )
-        if args.confirm_windows < 1:
-            raise ValueError(f"--confirm-windows must be at least 1, got {args.confirm_windows}")
-        law = LlmLaw(
-            args.slo.ttft_s,
-            args.slo.tpot_s,
-            default=LlmSetting(args.default_budget, 0.0),
-            min_budget=args.min_budget,
-            max_budget=args.max_budget,
-            min_samples=args.min_samples,
-            confirm_windows=args.confirm_windows,
-            min_interval_s=args.min_interval,
-        )
-        return cls(args.slo, law, args.window)
-
-
-@dataclass(frozen=True)
-class LiveSettings:
-    """`live`: a running server to control."""
-
-    grpc_url: str
-    metrics_url: str  # host:port of Triton's metrics endpoint
-    key_file: Path | None  # None: $LLM_CONTROL_KEY
-    duration_s: float | None  # None (or 0): until Ctrl-C
-    dry_run: bool
-    control: ControlSettings
-
-    @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> LiveSettings:
-        return cls(args.grpc_url, args.metrics_url, args.key_file, args.duration, args.dry_run, ControlSettings.from_cli_args(args))
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """`bench`: the trace the static settings and the controller are replayed on."""
-
-    rate: float  # mean arrivals per second
-    burstiness: float  # gamma shape
-    prompt_lengths: LengthRange
-    output_lengths: LengthRange
-    requests: int
-    seconds: float
-    deadline_s: float  # a request still streaming this long after its send is cut
-    seed: int
-    budgets: list[int]  # the static settings' budgets
-    json: Path | None
-    control: ControlSettings
-    command_line: dict  # every option as given, recorded in the JSON report
-
-    @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> BenchSettings:
-        """ValueError names the option it refuses."""
-        for option, value in (("--rate", args.rate), ("--burstiness", args.burstiness), ("--seconds", args.seconds)):
-            if not 0 < value < math.inf:
-                raise ValueError(f"{option} must be a number above 0, got {value:g}")
-        if args.requests < 1:
-            raise ValueError(f"--requests must be at least 1, got {args.requests}")
-        command_line = {k: v if isinstance(v, int | float | list) else str(v) for k, v in vars(args).items()}
-        return cls(
-            args.rate,
-            args.burstiness,
-            args.prompt_lengths,
-            args.output_lengths,
-            args.requests,
-            args.seconds,
-            args.deadline,
-            args.seed,
-            args.budgets,
-            args.json,
-            ControlSettings.from_cli_args(args),
-            command_line,
-        )
-
-
 def _key(path: Path | None) -> str:
     key = path.read_text().strip() if path else os.environ.get("LLM_CONTROL_KEY", "")
     if not key:
@@ -177,7 +86,7 @@ def _key(path: Path | None) -> str:
 
 
 def run_live(settings: LiveSettings) -> int:
-    from tools.adapt.llm_live import ControlChannel, MetricWindows, control_loop
+    from tools.adapt.llm.live import ControlChannel, MetricWindows, control_loop
 
     channel = ControlChannel(settings.grpc_url, _key(settings.key_file))
     stop = threading.Event()
@@ -204,7 +113,7 @@ def run(argv: list[str] | None = None) -> int:
     )
     if isinstance(settings, LiveSettings):
         return run_live(settings)
-    from tools.adapt.llm_bench import run_bench
+    from tools.adapt.llm.bench import run_bench
 
     return run_bench(settings)
 

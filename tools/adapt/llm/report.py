@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tools.adapt.llm_control import LlmSetting
+from tools.adapt.llm.control import LlmSetting
 from tools.load.llm.figures import LevelFigures
 
 
