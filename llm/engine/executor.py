@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from llm.adapters import ADAPTER_LIST, AdapterError, read_adapter_list
+from llm.adapters import ADAPTER_LIST, read_adapter_list
 from llm.contract import EngineConfig, ScheduledChunk
 from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
-from llm.engine.lora import Adapter, LoraSlots
+from llm.engine.lora import LoraSlots, read_adapters
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan, check_chunk
-
-log = logging.getLogger(__name__)
 
 
 class LlamaExecutor:
@@ -75,17 +72,10 @@ class LlamaExecutor:
     def load_adapters(self, folders: Mapping[str, Path]) -> dict[str, str]:
         """One slot per listed adapter, all resident. An adapter that cannot be used is left out
         with its reason logged and returned (name -> reason); the others serve."""
+        adapters, refused = read_adapters(folders, self.dims)
         slots = self.enable_lora(max(len(folders), 1), self.config.max_lora_rank)
-        refused: dict[str, str] = {}
-        slot = 0
-        for name, folder in folders.items():
-            try:
-                slots.load(slot, Adapter.from_peft(name, folder, self.dims))
-            except AdapterError as error:
-                refused[name] = str(error)
-                log.error("LoRA adapter not loaded, the others serve: %s", error)
-                continue
-            slot += 1
+        for slot, adapter in enumerate(adapters.values()):
+            slots.load(slot, adapter)
         self.adapter_errors = refused
         return refused
 

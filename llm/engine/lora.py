@@ -12,8 +12,10 @@ torch per slot where the kernel cannot run), so requests for different adapters 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from llm.engine.checkpoint import LlamaDims
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
+log = logging.getLogger("llm.engine.lora")
 NO_ADAPTER = -1  # a row's slot when its request names no adapter
 
 # Our fused projections and, in order, the HF modules whose outputs they stack.
@@ -86,6 +89,20 @@ class Adapter:
         except Exception as error:  # safetensors raises its own error types for a damaged file
             raise AdapterError(f"adapter {name!r}: cannot read {weights_path}: {error}") from error
         return cls(name, rank, scale, _matrices(name, tensors, rank, dims))
+
+
+def read_adapters(folders: Mapping[str, Path], dims: LlamaDims) -> tuple[dict[str, Adapter], dict[str, str]]:
+    """The listed adapters this model can use, by name, and the others' reasons (name -> why),
+    each logged: one bad adapter leaves the rest serving, on either engine."""
+    usable: dict[str, Adapter] = {}
+    refused: dict[str, str] = {}
+    for name, folder in folders.items():
+        try:
+            usable[name] = Adapter.from_peft(name, folder, dims)
+        except AdapterError as error:
+            refused[name] = str(error)
+            log.error("LoRA adapter not loaded, the others serve: %s", error)
+    return usable, refused
 
 
 def _matrices(name: str, tensors: dict[str, torch.Tensor], rank: int, dims: LlamaDims) -> dict:

@@ -54,6 +54,9 @@ class VllmKnobs:
     enforce_eager: bool = False  # true: no torch.compile (starts in ~15 s instead of ~30-75 s; slower steps)
     tensor_parallel_size: int = 1  # GPUs one instance spans
     gpu_memory_utilization: float = 0.9  # GPU only, when kv_cache_bytes is 0
+    enable_lora: bool = False  # serve the adapters of the version folder's multi_lora.json (lora_name); no torch.compile on a CPU
+    max_loras: int = 4  # adapters in one step (the native engine's knob of the same name)
+    max_lora_rank: int = 16  # the largest adapter rank served
 
     def __post_init__(self) -> None:
         if self.device == "cpu" and self.block_size % CPU_BLOCK_MULTIPLE:
@@ -93,6 +96,8 @@ class VllmKnobs:
             "enforce_eager": self.enforce_eager,
             "tensor_parallel_size": self.tensor_parallel_size,
         }
+        if self.enable_lora:
+            args.update(enable_lora=True, max_loras=self.max_loras, max_lora_rank=self.max_lora_rank)
         if self.kv_cache_bytes:
             args["kv_cache_memory_bytes"] = self.kv_cache_bytes
         elif self.device == "cuda":

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from llm.adapters import ADAPTER_LIST, read_adapter_list
 from llm.artifacts import HF_FOLDER, HF_REQUIRED_FILES
 from llm.contract import RequestTimings, check_request_fits
 from llm.metrics import LlmMetrics
@@ -68,6 +69,23 @@ class OpenRequest:
     created: float = field(default_factory=time.monotonic)
 
 
+def served_adapters(version: Path, pb_utils: ModuleType) -> dict:
+    """The version folder's multi_lora.json as vLLM LoRARequests by name (ids from 1, as Triton's
+    vLLM backend numbers them). Each adapter is read first with the native engine's rules, so a
+    malformed one is refused at load with its reason and the others serve."""
+    from vllm.lora.request import LoRARequest
+
+    from llm.artifacts import CONFIG_FILE
+    from llm.engine.checkpoint import LlamaDims
+    from llm.engine.lora import read_adapters
+
+    listed = read_adapter_list(version / ADAPTER_LIST) if (version / ADAPTER_LIST).is_file() else {}
+    usable, refused = read_adapters(listed, LlamaDims.from_json((version / CONFIG_FILE).read_text()))
+    for name, reason in refused.items():
+        pb_utils.Logger.log_error(f"llm: LoRA adapter {name!r} is not served: {reason}")
+    return {name: LoRARequest(name, index, str(listed[name])) for index, name in enumerate(usable, start=1)}
+
+
 class VllmServing:
     def __init__(self, pb_utils: ModuleType, args: dict, parameters: dict[str, str]) -> None:
         started = time.monotonic()
@@ -84,6 +102,7 @@ class VllmServing:
         # open as ASCII, and importing vLLM (torch inductor's templates) failed on UTF-8 bytes.
         locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
         self.tokenizer = LlmTokenizer.from_folder(folder)
+        self.adapters = served_adapters(folder.parent, pb_utils) if self.knobs.enable_lora else {}
         self.metrics = LlmMetrics(pb_utils, {"model": args["model_name"], "version": args["model_version"]})
         self._ids = itertools.count()
         self._open: dict[str, OpenRequest] = {}  # touched on the loop's thread only
@@ -129,8 +148,10 @@ class VllmServing:
             raise RequestError("llm_control retunes the native engine's loop; with engine vllm, reload the model with a config override")
         limit = self.knobs.max_model_len
         parsed = parse_request(self.io.inputs(request), max_tokens_limit=limit - 1, request_parameters=raw_parameters)
-        if parsed.params.lora_name is not None:
-            raise RequestError(f"unknown LoRA adapter {parsed.params.lora_name!r} (lora_name): the vLLM engine of this model serves none")
+        name = parsed.params.lora_name
+        if name is not None and name not in self.adapters:
+            served = ", ".join(sorted(self.adapters)) or ("none" if self.knobs.enable_lora else "none (parameters.enable_lora is false)")
+            raise RequestError(f"unknown LoRA adapter {name!r} (lora_name); this model serves: {served}")
         prompt_ids = self.tokenizer.encode(parsed.prompt)
         check_request_fits(len(prompt_ids), parsed.params.max_tokens, limit)  # vLLM sizes its KV cache itself
         with self._lock:
@@ -171,7 +192,10 @@ class VllmServing:
             sampling = SamplingParams(**sampling_kwargs(request.parsed.params), output_kind=RequestOutputKind.DELTA)
             # token ids we counted and checked, rendered as vLLM's own server does (no second tokenization)
             (prompt,) = self.engine.renderer.render_cmpl([TokensPrompt(prompt_token_ids=prompt_ids)])
-            async for output in self.engine.generate(prompt, sampling, request.request_id, priority=request.parsed.params.priority):
+            adapter = self.adapters.get(request.parsed.params.lora_name) if request.parsed.params.lora_name else None
+            async for output in self.engine.generate(
+                prompt, sampling, request.request_id, lora_request=adapter, priority=request.parsed.params.priority
+            ):
                 request.started = True
                 self._send(request, request.tracker.convert(output))
         except asyncio.CancelledError:

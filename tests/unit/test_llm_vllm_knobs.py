@@ -97,6 +97,14 @@ def test_server_flags_spell_the_same_engine_on_the_command_line() -> None:
     assert flags[flags.index("--scheduling-policy") + 1] == "fcfs"
 
 
+def test_lora_arguments_are_given_only_when_enable_lora_is_on() -> None:
+    assert "enable_lora" not in VllmKnobs().engine_args(Path("/m")) and "max_loras" not in VllmKnobs().engine_args(Path("/m"))
+    args = VllmKnobs(enable_lora=True, max_loras=2, max_lora_rank=8).engine_args(Path("/m"))
+    assert (args["enable_lora"], args["max_loras"], args["max_lora_rank"]) == (True, 2, 8)
+    flags = VllmKnobs(enable_lora=True).server_flags(Path("/m"))
+    assert "--enable-lora" in flags and flags[flags.index("--max-lora-rank") + 1] == "16"
+
+
 def test_the_vllm_environment_is_found_from_the_model_folder_and_its_absence_named(tmp_path: Path) -> None:
     from tools.repo.artifacts import environment_path, missing_environments
 
