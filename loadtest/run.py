@@ -26,7 +26,7 @@ from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.paths import REPO_ROOT
 from tools.ports import free_ports, port_in_use
 from tools.serve.interrupts import raise_interrupted
-from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
+from tools.serve.llm.engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError
 from tools.triton_client import TritonClient
 
@@ -81,7 +81,7 @@ class RunSettings:
     ui: bool
     web_port: int
     start: bool  # start a Triton when none answers
-    llm_engine: str  # the engine of `llm` on a server this run starts (tools/serve/llm_engine.py)
+    llm_engine: str  # the engine of `llm` on a server this run starts (tools/serve/llm/engine.py)
     load: LoadValues  # forwarded to locust
     slos: dict[str, ClassSLO]
     locust_args: list[str]  # passed to locust unchanged

@@ -21,4 +21,4 @@ SOAK_LLM_ARGS ?=
 .PHONY: soak-llm
 
 soak-llm: export ## LLM soak for SOAK_LLM_SECONDS: 3 streaming paths, disconnects, bad requests, a burst; KV freed, memory level
-	$(PY) -m tools.reliability.llm_soak --duration $(SOAK_LLM_SECONDS) --llm-engine $(LLM_ENGINE) $(SOAK_LLM_ARGS)
+	$(PY) -m tools.reliability.llm.soak --duration $(SOAK_LLM_SECONDS) --llm-engine $(LLM_ENGINE) $(SOAK_LLM_ARGS)

@@ -14,7 +14,7 @@ from tools.load.llm.streaming import run_streaming
 from tools.load.llm.workload import LengthRange, Workload
 from tools.load.schedules import ClosedLoop, Phase
 from tools.loadgen.__main__ import run
-from tools.loadgen.llm_load import load_tokenizer
+from tools.loadgen.llm.load import load_tokenizer
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The LLM soak (tools/reliability/llm_soak.py) for about 40 s against the real Triton serving
+"""The LLM soak (tools/reliability/llm/soak.py) for about 40 s against the real Triton serving
 `llm` (with the soak's small scheduler bounds, as a config override) and the real gateway process:
 its verdict passes, and each of its checks had something to check (answers on all three paths,
 clients that left, bad requests, a burst refused on both bounds, aborts counted by the model)."""
@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import start_gateway
 from tools.contract import LLM_MODEL
-from tools.reliability.llm_soak import LlmSoakReport, SoakSettings, Targets, run_llm_soak, soak_config, write_report
-from tools.reliability.llm_traffic import CANCELLED, ERROR, OK, REJECTED
+from tools.reliability.llm.soak import LlmSoakReport, SoakSettings, Targets, run_llm_soak, soak_config, write_report
+from tools.reliability.llm.traffic import CANCELLED, ERROR, OK, REJECTED
 
 pytestmark = pytest.mark.integration
 

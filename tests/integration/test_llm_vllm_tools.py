@@ -18,8 +18,8 @@ from tests.conftest import start_gateway
 from tests.integration.llm_streams import wait_until
 from tools.contract import LLM_MODEL
 from tools.paths import REPO_ROOT
-from tools.reliability.llm_soak import LlmSoakReport, SoakSettings, Targets, run_llm_soak, soak_config
-from tools.reliability.llm_traffic import CANCELLED, ERROR, OK, REJECTED
+from tools.reliability.llm.soak import LlmSoakReport, SoakSettings, Targets, run_llm_soak, soak_config
+from tools.reliability.llm.traffic import CANCELLED, ERROR, OK, REJECTED
 from tools.triton_client import fetch_metrics, metric_total
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]

@@ -9,7 +9,7 @@ from tools.adapt.llm import cli as adapt_llm
 from tools.adapt.llm.settings import BenchSettings, LiveSettings
 from tools.cli.arguments import parse_settings
 from tools.load.schedules import ClosedLoop, Poisson
-from tools.reliability import llm_soak
+from tools.reliability.llm import soak as soak_llm
 from tools.simulate.llm import capacity
 from tools.simulate.llm.slo import LlmSlo
 from tools.tune.llm import command as tune_llm
@@ -48,15 +48,15 @@ def test_adapt_llm_refuses_an_out_of_range_option_by_name(argv: list[str], optio
 
 
 def test_llm_soak_settings_are_the_soaks_own_with_the_options_given() -> None:
-    command = parse_settings(llm_soak.build_parser(), ["--duration", "40", "--max-tokens", "8"], llm_soak.SoakCommand.from_cli_args)
-    assert command.soak == llm_soak.SoakSettings(duration_s=40.0, max_tokens=8)
+    command = parse_settings(soak_llm.build_parser(), ["--duration", "40", "--max-tokens", "8"], soak_llm.SoakCommand.from_cli_args)
+    assert command.soak == soak_llm.SoakSettings(duration_s=40.0, max_tokens=8)
     assert command.output.name == "soak-llm"
 
 
 @pytest.mark.parametrize("option", ["--duration", "--rate", "--window", "--max-tokens"])
 def test_llm_soak_refuses_a_non_positive_option_by_name(option: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
-        llm_soak.run([option, "0"])
+        soak_llm.run([option, "0"])
     assert exit_.value.code == 2 and f"{option} must be a number above 0" in capsys.readouterr().err
 
 

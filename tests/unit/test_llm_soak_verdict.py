@@ -3,8 +3,8 @@ with, what the model should have counted, and how memory growth is read from the
 
 from __future__ import annotations
 
-from tools.reliability.llm_soak import client_finished, growth
-from tools.reliability.llm_traffic import CANCELLED, ERROR, HUNG, OK, REJECTED, Outcome
+from tools.reliability.llm.soak import client_finished, growth
+from tools.reliability.llm.traffic import CANCELLED, ERROR, HUNG, OK, REJECTED, Outcome
 
 
 def outcome(kind: str, result: str, message: str = "", finish_reason: str | None = None) -> Outcome:

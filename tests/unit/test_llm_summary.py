@@ -1,10 +1,10 @@
-"""`make metrics` summarises the LLM's Prometheus metrics (tools/observe/llm_summary.py)."""
+"""`make metrics` summarises the LLM's Prometheus metrics (tools/observe/llm/summary.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tools.observe.llm_summary import llm_rows, quantile
+from tools.observe.llm.summary import llm_rows, quantile
 from tools.triton_client import parse_metrics
 
 L = 'model="llm",version="1"'

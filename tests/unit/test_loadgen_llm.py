@@ -13,8 +13,8 @@ from tools.load.llm.workload import PromptSetWorkload, SharedPrefixWorkload, Wor
 from tools.load.schedules import ClosedLoop, Gamma, Poisson, Trace
 from tools.loadgen.__main__ import build_parser, check_arguments
 from tools.loadgen.cli_args import traffics_from_args
-from tools.loadgen.llm_args import LlmLoadSettings
-from tools.loadgen.llm_report import LlmLevelResult, csv_columns, write_llm_csv
+from tools.loadgen.llm.args import LlmLoadSettings
+from tools.loadgen.llm.report import LlmLevelResult, csv_columns, write_llm_csv
 
 
 def settings(*argv: str):

@@ -23,9 +23,9 @@ from tools.cli.logsetup import add_verbosity_flags
 from tools.contract import LLM_MODEL
 from tools.load.requests import check_target, fetch_model_config, served_models
 from tools.loadgen.cli_args import add_load_arguments, check_load_arguments, measurement_from_args, target_from_args, traffics_from_args
-from tools.loadgen.llm_args import LlmLoadSettings, add_llm_arguments
-from tools.loadgen.llm_load import is_generative, measure_llm
-from tools.loadgen.llm_report import LlmLevelResult, write_llm_csv
+from tools.loadgen.llm.args import LlmLoadSettings, add_llm_arguments
+from tools.loadgen.llm.load import is_generative, measure_llm
+from tools.loadgen.llm.report import LlmLevelResult, write_llm_csv
 from tools.loadgen.measure import run_load
 from tools.loadgen.perf_csv import write_perf_csv
 from tools.loadgen.report import LoadResult

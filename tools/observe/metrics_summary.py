@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import DEFAULT_HTTP_URL, DEFAULT_METRICS_URL
-from tools.observe.llm_summary import llm_rows
+from tools.observe.llm.summary import llm_rows
 from tools.repo.instances import instance_count
 from tools.repo.model_config import ModelConfig
 from tools.triton_client import MetricSample, TritonClient, TritonError

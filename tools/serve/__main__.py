@@ -33,7 +33,7 @@ from tools.serve.cli_gateway import add_serve_arguments, gateway_from_args, give
 from tools.serve.docker_runtime import DockerCheck, DockerUnavailable, check_docker_gpu, serve_docker
 from tools.serve.gateway_process import GatewayProcess, GatewayStartError, describe
 from tools.serve.health_watch import HealthWatch, reload_model
-from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
+from tools.serve.llm.engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions, TritonStartError, describe_endpoints
 
 log = logging.getLogger("serve")

@@ -1,8 +1,8 @@
-"""`python -m tools.reliability.llm_soak`: a bounded soak of the `llm` model: it must stay up,
+"""`python -m tools.reliability.llm.soak`: a bounded soak of the `llm` model: it must stay up,
 refuse cleanly and hold its memory steady under sustained mixed traffic.
 
 A steady, sub-capacity rate of streaming requests through the three paths (gRPC streaming,
-Triton's /generate_stream, the gateway's OpenAI streaming chat; tools/reliability/llm_traffic.py),
+Triton's /generate_stream, the gateway's OpenAI streaming chat; tools/reliability/llm/traffic.py),
 with clients that disconnect mid-stream, bad requests of several kinds, and, halfway, a burst
 past both bounds (the gateway's `--llm-max-streams` and the model's `max_num_seqs + max_waiting`)
 that must be refused fast. At the end it checks that every request had a terminal outcome of
@@ -32,10 +32,10 @@ from tools.contract import LLM_MODEL
 from tools.load.driver import run_until_complete
 from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.ports import free_ports
-from tools.reliability.llm_traffic import CANCELLED, OK, REJECTED, Outcome, Traffic
+from tools.reliability.llm.traffic import CANCELLED, OK, REJECTED, Outcome, Traffic
 from tools.reliability.soak import memory, rss_mb
 from tools.serve.gateway_process import GatewayProcess
-from tools.serve.llm_engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
+from tools.serve.llm.engine import READY_TIMEOUT_S, add_llm_engine_argument, config_name_for
 from tools.serve.local_triton import LocalTriton, ServerOptions
 from tools.triton_client import TritonClient, fetch_metrics, metric_total
 
@@ -285,7 +285,7 @@ def soak_config(client: TritonClient):
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = SoakSettings()
-    parser = argparse.ArgumentParser(prog="python -m tools.reliability.llm_soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.reliability.llm.soak", description=__doc__)
     parser.add_argument("--duration", type=float, default=defaults.duration_s, help="seconds of load (default %(default)s)")
     parser.add_argument("--rate", type=float, default=defaults.rate, help="steady req/s, below capacity (default %(default)s)")
     parser.add_argument("--window", type=float, default=defaults.window_s, help="seconds per memory sample and progress line")

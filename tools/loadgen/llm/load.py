@@ -18,8 +18,8 @@ from tools.load.llm.records import StreamRecord
 from tools.load.llm.streaming import run_streaming
 from tools.load.llm.workload import LlmRequest, Tokenizer
 from tools.load.schedules import ClosedLoop, Phase
-from tools.loadgen.llm_args import LlmLoadSettings
-from tools.loadgen.llm_report import LlmLevelResult
+from tools.loadgen.llm.args import LlmLoadSettings
+from tools.loadgen.llm.report import LlmLevelResult
 from tools.paths import MODEL_REPOSITORY
 
 log = logging.getLogger("loadgen")
