@@ -1,5 +1,5 @@
 """The LoRA benchmark's plan and report (tools/bench/llm/lora.py); the run itself is
-tests/integration/test_llmbench_lora.py."""
+tests/integration/test_bench_llm_lora.py."""
 
 from __future__ import annotations
 
