@@ -1,11 +1,13 @@
 """The layer order of docs/architecture.md holds: import-linter's contracts (pyproject.toml) pass,
-and every package and module under tools/ has a place in the order (a new one cannot slip past it)."""
+and every package and module under tools/ has a place in the order (a new one cannot slip past it);
+the LLM's tooling sits in its concern's `llm/` package, placed with the concern."""
 
 from __future__ import annotations
 
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tomllib
@@ -45,3 +47,26 @@ def test_backends_and_llm_may_import_nothing_of_the_tools() -> None:
     }
     assert {"tools", "gateway", "export"} <= forbidden["backends"]
     assert {"tools", "gateway", "export"} <= forbidden["llm"]
+
+
+def llm_tooling_out_of_place(tools: Path) -> list[str]:
+    """What breaks docs/decisions/llm-tooling-layout.md under `tools`: a loose `llm_*.py` module, a
+    package named `llm...` other than `llm` itself, an `llm` folder that is no package."""
+    found = list(tools.rglob("llm_*.py"))
+    folders = [path for path in tools.rglob("llm*") if path.is_dir() and any(path.glob("*.py"))]  # a stale __pycache__ is no code
+    found += [path for path in folders if path.name != "llm" or not (path / "__init__.py").is_file()]
+    return sorted(str(path.relative_to(tools.parent)) for path in found)
+
+
+def test_the_llm_tooling_lives_in_a_concerns_llm_package() -> None:
+    misplaced = llm_tooling_out_of_place(REPO_ROOT / "tools")
+    assert not misplaced, f"the LLM side of a concern is tools/<concern>/llm/ (docs/decisions/llm-tooling-layout.md): {misplaced}"
+
+
+def test_the_layout_check_sees_each_other_shape(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    (tools / "gone" / "llm" / "__pycache__").mkdir(parents=True)
+    for module in ("adapt/llm/__init__.py", "load/llm/clients.py", "llmtools/__init__.py", "observe/llm_rows.py", "lora/train.py"):
+        (tools / module).parent.mkdir(parents=True, exist_ok=True)
+        (tools / module).write_text("")
+    assert llm_tooling_out_of_place(tools) == ["tools/llmtools", "tools/load/llm", "tools/observe/llm_rows.py"]
