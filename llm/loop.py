@@ -32,7 +32,7 @@ from llm.contract import (
 )
 from llm.output import Decoder, IncrementalDetokenizer, OutputState
 from llm.sampling import Sampler, SamplingRow, make_generator
-from llm.scheduler import Scheduler, Sequence, StepPlan
+from llm.scheduler import Request, Scheduler, SchedulerOutput
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests
 RUNNING_POLL_INTERVAL_S = 0.1
 
 
-def adapters_of(seqs: Iterable[Sequence]) -> tuple[str, ...]:
+def adapters_of(seqs: Iterable[Request]) -> tuple[str, ...]:
     """The distinct LoRA adapters of `seqs`, sorted (the base model is none)."""
     return tuple(sorted({seq.request.params.lora_name for seq in seqs} - {None}))  # type: ignore[arg-type]
 
@@ -54,7 +54,7 @@ class QueueFullError(RuntimeError):
 
 @dataclass
 class _OpenRequest:
-    seq: Sequence
+    seq: Request
     on_output: OutputCallback
     is_cancelled: Callable[[], bool] | None
     state: OutputState
@@ -235,34 +235,34 @@ class EngineLoop:
         self._poll_cancellations()
         now = self._clock() if now is None else now
         self._expire(now)
-        plan = self.scheduler.schedule(now)
+        scheduled = self.scheduler.schedule(now)
         self._publish()  # submit() bounds the waiting queue by this count while the step runs
-        if plan.empty:
+        if scheduled.empty:
             return False
         started = self._clock()
         try:
-            tokens = self._execute(plan)
+            tokens = self._execute(scheduled)
         except Exception as exc:
-            log.exception("a step failed; its %d sequences end with an error", len(plan.seqs))
-            for seq in plan.seqs:
+            log.exception("a step failed; its %d sequences end with an error", len(scheduled.seqs))
+            for seq in scheduled.seqs:
                 if seq.seq_id in self._open:
                     self._finish(self._open[seq.seq_id], "error", error=f"the engine failed: {exc}")
             self._publish()
             return True
         duration = self._clock() - started
-        self._report_step(plan, started, duration)
+        self._report_step(scheduled, started, duration)
         finished_at = started + duration
-        for seq, token in zip(plan.sampled_seqs, tokens):
+        for seq, token in zip(scheduled.sampled_seqs, tokens):
             self._deliver(self._open[seq.seq_id], token, finished_at)
         self._publish()
         return True
 
-    def _execute(self, plan: StepPlan) -> list[int]:
-        logits = self.executor.execute(plan.chunks)
-        sampled_seqs = plan.sampled_seqs
+    def _execute(self, scheduled: SchedulerOutput) -> list[int]:
+        logits = self.executor.execute(scheduled.chunks)
+        sampled_seqs = scheduled.sampled_seqs
         rows = [SamplingRow(seq.request.params, len(seq.output_token_ids), self._open[seq.seq_id].generator) for seq in sampled_seqs]
         tokens = self.sampler.sample(logits, rows)
-        self.scheduler.commit(plan, {seq.seq_id: token for seq, token in zip(sampled_seqs, tokens)})
+        self.scheduler.commit(scheduled, {seq.seq_id: token for seq, token in zip(sampled_seqs, tokens)})
         return tokens
 
     def _take_in(self) -> None:
@@ -275,7 +275,7 @@ class EngineLoop:
         if limits is not None:
             self.scheduler.set_step_limits(**{name: getattr(limits, name) for name in Scheduler.LIVE_KNOBS})
         for submission in submissions:
-            seq = Sequence.from_request(self._next_seq_id, submission.request, self._adapter_slot(submission.request))
+            seq = Request.from_request(self._next_seq_id, submission.request, self._adapter_slot(submission.request))
             self._next_seq_id += 1
             params = submission.request.params
             state = OutputState(
@@ -397,7 +397,7 @@ class EngineLoop:
             submissions = list(self._inbox)
             self._inbox.clear()
         for submission in submissions:
-            seq = Sequence.from_request(self._next_seq_id, submission.request)
+            seq = Request.from_request(self._next_seq_id, submission.request)
             self._next_seq_id += 1
             state = OutputState(submission.request.params, frozenset(), IncrementalDetokenizer(self._tokenizer, ()))
             self._open[seq.seq_id] = _OpenRequest(seq, submission.on_output, submission.is_cancelled, state, None)
@@ -420,23 +420,23 @@ class EngineLoop:
         with self._cv:
             self._snapshot = snapshot
 
-    def _report_step(self, plan: StepPlan, started: float, duration: float) -> None:
+    def _report_step(self, scheduled: SchedulerOutput, started: float, duration: float) -> None:
         if self._observer is None:
             return
         blocks = self.scheduler.blocks
         stats = StepStats(
             started=started,
             duration_s=duration,
-            prefill_tokens=plan.prefill_tokens,
-            decode_seqs=plan.decode_seqs,
-            kv_tokens_attended=plan.kv_tokens_attended,
+            prefill_tokens=scheduled.prefill_tokens,
+            decode_seqs=scheduled.decode_seqs,
+            kv_tokens_attended=scheduled.kv_tokens_attended,
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting),
             kv_blocks_used=blocks.num_used,
             kv_blocks_total=blocks.num_blocks,
-            preemptions=len(plan.preempted),
-            prefix_cache_queries=plan.prefix_cache_queries,
-            prefix_cache_hits=plan.prefix_cache_hits,
+            preemptions=len(scheduled.preempted),
+            prefix_cache_queries=scheduled.prefix_cache_queries,
+            prefix_cache_hits=scheduled.prefix_cache_hits,
             running_adapters=adapters_of(self.scheduler.running),
             waiting_adapters=adapters_of(self.scheduler.waiting),
             max_loras=self.config.max_loras,

@@ -70,6 +70,9 @@ def group_by_length(widths: Sequence[int], block_size: int, call_cost: int = GRO
 
 @dataclass(frozen=True)
 class StepPlan:
+    """The executor's tensors for one step, built from what the scheduler decided
+    (llm.scheduler.SchedulerOutput's chunks)."""
+
     token_ids: torch.Tensor  # [T] the flat batch, decodes first
     positions: torch.Tensor  # [T]
     slots: torch.Tensor  # [T] where each token's K and V are written (block * block_size + offset)

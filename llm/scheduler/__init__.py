@@ -1,18 +1,19 @@
-"""Continuous-batching scheduler: KV blocks, sequences, the waiting queue and the step planner."""
+"""Continuous-batching scheduler: KV blocks, requests, the waiting queue and each step's
+SchedulerOutput."""
 
 from llm.scheduler.block_manager import BlockManager, blocks_for
 from llm.scheduler.queue import POLICIES, WaitingQueue
-from llm.scheduler.scheduler import MODES, Scheduler, StepPlan
-from llm.scheduler.sequence import Sequence, SequenceStatus
+from llm.scheduler.request import Request, RequestStatus
+from llm.scheduler.scheduler import MODES, Scheduler, SchedulerOutput
 
 __all__ = [
     "MODES",
     "POLICIES",
     "BlockManager",
+    "Request",
+    "RequestStatus",
     "Scheduler",
-    "Sequence",
-    "SequenceStatus",
-    "StepPlan",
+    "SchedulerOutput",
     "WaitingQueue",
     "blocks_for",
 ]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 
-from llm.scheduler.sequence import Sequence
+from llm.scheduler.request import Request
 
 POLICIES = ("fcfs", "priority")
 
 OrderKey = tuple[float, ...]
 
 
-def order_key(policy: str) -> Callable[[Sequence], OrderKey]:
+def order_key(policy: str) -> Callable[[Request], OrderKey]:
     """fcfs: arrival (then admission order); priority: lower `priority` first, then arrival.
     The running sequence with the largest key is the preemption victim."""
     if policy == "fcfs":
@@ -27,22 +27,22 @@ class WaitingQueue:
 
     def __init__(self, policy: str) -> None:
         self._key = order_key(policy)
-        self._items: list[tuple[OrderKey, Sequence]] = []
+        self._items: list[tuple[OrderKey, Request]] = []
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def __iter__(self) -> Iterator[Sequence]:
+    def __iter__(self) -> Iterator[Request]:
         return (seq for _, seq in self._items)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Request) -> None:
         bisect.insort(self._items, (self._key(seq), seq), key=lambda item: item[0])
 
-    def peek(self) -> Sequence:
+    def peek(self) -> Request:
         return self._items[0][1]
 
-    def pop(self) -> Sequence:
+    def pop(self) -> Request:
         return self._items.pop(0)[1]
 
-    def remove(self, seq: Sequence) -> None:
+    def remove(self, seq: Request) -> None:
         self._items = [item for item in self._items if item[1] is not seq]

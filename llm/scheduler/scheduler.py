@@ -30,20 +30,21 @@ from dataclasses import dataclass
 from llm.contract import ScheduledChunk, SchedulerConfig, check_request_fits
 from llm.scheduler.block_manager import BlockManager, chain_hashes
 from llm.scheduler.queue import WaitingQueue, order_key
-from llm.scheduler.sequence import Sequence, SequenceStatus
+from llm.scheduler.request import Request, RequestStatus
 
 MODES = ("iteration", "request", "none")
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """One step: `chunks[i]` feeds `seqs[i]` (a decode when `decodes[i]`); `preempted` lost
-    their KV this step."""
+class SchedulerOutput:
+    """What the scheduler decided for one step (vLLM's name); the executor turns its chunks into
+    the step's tensors (llm.engine.step_plan.StepPlan). `chunks[i]` feeds `seqs[i]` (a decode
+    when `decodes[i]`); `preempted` lost their KV this step."""
 
     chunks: tuple[ScheduledChunk, ...]
-    seqs: tuple[Sequence, ...]
+    seqs: tuple[Request, ...]
     decodes: tuple[bool, ...] = ()
-    preempted: tuple[Sequence, ...] = ()
+    preempted: tuple[Request, ...] = ()
     prefix_cache_queries: int = 0  # prompt tokens of the admitted sequences looked up in the cache
     prefix_cache_hits: int = 0  # of those, tokens found cached
 
@@ -69,14 +70,14 @@ class StepPlan:
         return sum(chunk.start_position + len(chunk.token_ids) for chunk in self.chunks)
 
     @property
-    def sampled_seqs(self) -> tuple[Sequence, ...]:
+    def sampled_seqs(self) -> tuple[Request, ...]:
         """The sequences whose logits the executor returns, in its row order."""
         return tuple(seq for chunk, seq in zip(self.chunks, self.seqs) if chunk.sample)
 
 
 @dataclass
 class _Entry:
-    seq: Sequence
+    seq: Request
     count: int  # tokens fed this step
     decode: bool
     queried: int = 0  # admitted this step: tokens looked up in the prefix cache
@@ -103,7 +104,7 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.blocks = BlockManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching)
         self.waiting = WaitingQueue(config.policy)
-        self.running: list[Sequence] = []
+        self.running: list[Request] = []
         self._key = order_key(config.policy)
         self._batch: set[int] = set()  # request and none modes: the members of the batch in flight
         self.max_batch = 1 if config.mode == "none" else config.max_num_seqs
@@ -142,22 +143,22 @@ class Scheduler:
         """Raise ValueError (naming the limit) for a request that could never run here."""
         check_request_fits(num_prompt_tokens, max_tokens, self.max_model_len, self.blocks.num_blocks * self.blocks.block_size)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Request) -> None:
         self.check_fits(seq.num_prompt_tokens, seq.request.params.max_tokens)
-        seq.status = SequenceStatus.WAITING
+        seq.status = RequestStatus.WAITING
         self.waiting.add(seq)
 
-    def finish(self, seq: Sequence) -> None:
+    def finish(self, seq: Request) -> None:
         """Retire a sequence (finished or aborted): its slot and blocks are free for the next step."""
-        if seq.status is SequenceStatus.RUNNING:
+        if seq.status is RequestStatus.RUNNING:
             self.running.remove(seq)
-        elif seq.status is SequenceStatus.WAITING:
+        elif seq.status is RequestStatus.WAITING:
             self.waiting.remove(seq)
         self.blocks.release(seq.block_table)
         self._batch.discard(seq.seq_id)
-        seq.status = SequenceStatus.FINISHED
+        seq.status = RequestStatus.FINISHED
 
-    def expire(self, now: float) -> list[Sequence]:
+    def expire(self, now: float) -> list[Request]:
         """Waiting sequences never scheduled whose queue deadline has passed, taken out of the
         queue (their status stays WAITING until the caller finishes them)."""
         expired = [
@@ -194,18 +195,18 @@ class Scheduler:
 
     # -- the step -------------------------------------------------------------------------
 
-    def schedule(self, now: float) -> StepPlan:
+    def schedule(self, now: float) -> SchedulerOutput:
         ready = self.next_step_time(now)
         if ready is None or ready > now:
-            return StepPlan((), ())
+            return SchedulerOutput((), ())
         if self.config.mode != "iteration" and not self._batch:
             self._form_batch()
         plan: list[_Entry] = []
-        preempted: list[Sequence] = []
+        preempted: list[Request] = []
         pending = sorted(self.running, key=lambda s: (not s.is_decoding, self._key(s)))
         unscheduled = set(id(s) for s in pending)
         for seq in pending:
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
             budget = self._budget_left(plan)
             if budget == 0 or len(plan) >= self.config.max_num_seqs:
@@ -217,14 +218,14 @@ class Scheduler:
                 preempted.append(victim)
                 if victim is seq:
                     break
-            if seq.status is not SequenceStatus.RUNNING:
+            if seq.status is not RequestStatus.RUNNING:
                 continue
             self.blocks.grow(seq.block_table, seq.num_computed_tokens + count)
             unscheduled.discard(id(seq))
             plan.append(_Entry(seq, count, seq.is_decoding))
         if not preempted:  # out of blocks for running sequences: admitting more would only thrash
             self._admit(plan, preempted, now)
-        return StepPlan(
+        return SchedulerOutput(
             tuple(self._chunk(entry.seq, entry.count) for entry in plan),
             tuple(entry.seq for entry in plan),
             tuple(entry.decode for entry in plan),
@@ -236,7 +237,7 @@ class Scheduler:
     def _budget_left(self, plan: list[_Entry]) -> int:
         return self.config.max_num_batched_tokens - sum(entry.count for entry in plan)
 
-    def _admit(self, plan: list[_Entry], preempted: list[Sequence], now: float) -> None:
+    def _admit(self, plan: list[_Entry], preempted: list[Request], now: float) -> None:
         """Move waiting sequences to running while the budget, the caps and the KV blocks allow;
         the head that does not fit blocks the ones behind it (no overtaking). Under `priority`
         (iteration mode) a head that does not fit displaces running sequences that rank below it."""
@@ -253,14 +254,14 @@ class Scheduler:
             self.blocks.take(seq.block_table, admission.hit)
             seq.num_computed_tokens = admission.cached_tokens
             self.blocks.grow(seq.block_table, seq.num_computed_tokens + admission.count)
-            seq.status = SequenceStatus.RUNNING
+            seq.status = RequestStatus.RUNNING
             if seq.first_scheduled is None:
                 seq.first_scheduled = now
             self.running.append(seq)
             queried = seq.num_tokens if self.blocks.prefix_caching else 0
             plan.append(_Entry(seq, admission.count, False, queried, admission.cached_tokens))
 
-    def _admission(self, seq: Sequence, plan: list[_Entry]) -> _Admission | None:
+    def _admission(self, seq: Request, plan: list[_Entry]) -> _Admission | None:
         """How `seq` (waiting: no KV yet) enters this step, None when the budget, the caps or
         the free blocks leave no room for it."""
         budget = self._budget_left(plan)
@@ -278,7 +279,7 @@ class Scheduler:
             return None
         return _Admission(hit, cached, count)
 
-    def _adapter_fits(self, seq: Sequence) -> bool:
+    def _adapter_fits(self, seq: Request) -> bool:
         """At most `max_loras` distinct adapters among the running sequences (the base model is none)."""
         name = seq.request.params.lora_name
         if name is None:
@@ -286,7 +287,7 @@ class Scheduler:
         running = {other.request.params.lora_name for other in self.running} - {None}
         return name in running or len(running) < self.config.max_loras
 
-    def _displace_for(self, seq: Sequence, plan: list[_Entry], preempted: list[Sequence], displaced: set[int]) -> _Admission | None:
+    def _displace_for(self, seq: Request, plan: list[_Entry], preempted: list[Request], displaced: set[int]) -> _Admission | None:
         """Priority preemption (vLLM's priority policy): preempt the lowest-ranked running
         sequences, while they rank below `seq`, until it fits. Equal priorities never displace
         each other (the later arrival ranks below), so this cannot ping-pong."""
@@ -309,17 +310,17 @@ class Scheduler:
         heads = list(self.waiting)[: self.max_batch]
         self._batch = {seq.seq_id for seq in heads}
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preempt(self, seq: Request) -> None:
         """Preemption by recompute: drop the KV; every token so far is prefilled again later."""
         self.running.remove(seq)
         self.blocks.release(seq.block_table)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
-        seq.status = SequenceStatus.WAITING
+        seq.status = RequestStatus.WAITING
         self.waiting.add(seq)
 
     @staticmethod
-    def _chunk(seq: Sequence, count: int) -> ScheduledChunk:
+    def _chunk(seq: Request, count: int) -> ScheduledChunk:
         start = seq.num_computed_tokens
         return ScheduledChunk(
             seq_id=seq.seq_id,
@@ -330,12 +331,12 @@ class Scheduler:
             adapter_slot=seq.adapter_slot,
         )
 
-    def commit(self, plan: StepPlan, sampled: Mapping[int, int]) -> None:
+    def commit(self, scheduled: SchedulerOutput, sampled: Mapping[int, int]) -> None:
         """After the step ran: its tokens are in the KV cache (blocks it filled are cached
         under their hashes); append each sampled token."""
         size = self.blocks.block_size
-        for chunk, seq in zip(plan.chunks, plan.seqs):
-            if seq.status is not SequenceStatus.RUNNING:
+        for chunk, seq in zip(scheduled.chunks, scheduled.seqs):
+            if seq.status is not RequestStatus.RUNNING:
                 continue
             before = seq.num_computed_tokens // size
             seq.num_computed_tokens += len(chunk.token_ids)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from llm.contract import SchedulerConfig
-from llm.scheduler import Scheduler, Sequence
+from llm.scheduler import Request, Scheduler
 from tests.unit.test_llm_loop import drain, make_loop, request
 
 
 def test_set_step_limits_changes_the_budget_of_the_next_step_only():
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64), block_size=4, num_blocks=64, max_model_len=256)
 
-    scheduler.add(Sequence.from_request(0, request("a", list(range(1, 101)))))
+    scheduler.add(Request.from_request(0, request("a", list(range(1, 101)))))
     assert scheduler.schedule(0.0).prefill_tokens == 64
     scheduler.set_step_limits(max_num_batched_tokens=16)
     assert scheduler.schedule(0.0).prefill_tokens == 16

@@ -10,7 +10,7 @@ import pytest
 
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
 from llm.loop import EngineLoop
-from llm.scheduler import Scheduler, Sequence
+from llm.scheduler import Request, Scheduler
 from tests.unit.llm_fakes import FakeExecutor, FakeTokenizer
 
 
@@ -19,10 +19,10 @@ def make_scheduler(max_loras: int, **options) -> Scheduler:
     return Scheduler(config, block_size=4, num_blocks=256, max_model_len=512)
 
 
-def sequence(seq_id: int, adapter: str | None, prompt: list[int] | None = None) -> Sequence:
+def sequence(seq_id: int, adapter: str | None, prompt: list[int] | None = None) -> Request:
     params = SamplingParams(max_tokens=8, lora_name=adapter)
     request = GenerationRequest(f"r{seq_id}", prompt or [5, 6, 7, 8, 9], params, arrival_time=float(seq_id))
-    return Sequence.from_request(seq_id, request, adapter_slot=-1 if adapter is None else ord(adapter[-1]) - ord("a"))
+    return Request.from_request(seq_id, request, adapter_slot=-1 if adapter is None else ord(adapter[-1]) - ord("a"))
 
 
 def running_adapters(scheduler: Scheduler) -> set[str]:

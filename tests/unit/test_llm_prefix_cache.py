@@ -8,7 +8,7 @@ import random
 import pytest
 
 from llm.contract import SchedulerConfig
-from llm.scheduler import BlockManager, SequenceStatus
+from llm.scheduler import BlockManager, RequestStatus
 from llm.scheduler.block_manager import ROOT_HASH, block_hash, chain_hashes
 from tests.unit.llm_fakes import reference_tokens
 from tests.unit.test_llm_scheduler import Driver
@@ -180,7 +180,7 @@ def test_random_traffic_sharing_prefixes_on_a_tight_cache_keeps_every_invariant(
             prompt = rng.choice(prefixes) + [rng.randrange(1, 40) for _ in range(rng.randint(0, 6))]
             driver.add(prompt, max_tokens=rng.randint(1, 16), priority=rng.randint(0, 2))
         if rng.random() < 0.03:
-            open_seqs = [s for s in driver.seqs if s.status is not SequenceStatus.FINISHED]
+            open_seqs = [s for s in driver.seqs if s.status is not RequestStatus.FINISHED]
             if open_seqs:
                 victim = rng.choice(open_seqs)
                 driver.scheduler.finish(victim)

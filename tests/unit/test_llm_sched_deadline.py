@@ -4,13 +4,13 @@ one that was scheduled (even if preempted later) never expires."""
 from __future__ import annotations
 
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
-from llm.scheduler import Scheduler, Sequence, SequenceStatus
+from llm.scheduler import Request, RequestStatus, Scheduler
 from tests.unit.test_llm_loop import make_loop, request
 
 
-def waiting_seq(seq_id: int, arrival: float, timeout_ms: float | None) -> Sequence:
+def waiting_seq(seq_id: int, arrival: float, timeout_ms: float | None) -> Request:
     params = SamplingParams(max_tokens=4, queue_timeout_ms=timeout_ms)
-    return Sequence.from_request(seq_id, GenerationRequest(f"r{seq_id}", [1, 2, 3], params, arrival))
+    return Request.from_request(seq_id, GenerationRequest(f"r{seq_id}", [1, 2, 3], params, arrival))
 
 
 def test_only_never_scheduled_requests_past_their_deadline_expire() -> None:
@@ -25,7 +25,7 @@ def test_only_never_scheduled_requests_past_their_deadline_expire() -> None:
         scheduler.add(seq)
     assert scheduler.expire(0.049) == []
     assert scheduler.expire(0.050) == [late]
-    assert list(scheduler.waiting) == [patient, later] and running.status is SequenceStatus.RUNNING
+    assert list(scheduler.waiting) == [patient, later] and running.status is RequestStatus.RUNNING
     assert scheduler.expire(10.0) == [later]
     assert list(scheduler.waiting) == [patient]
 
@@ -37,10 +37,10 @@ def test_a_preempted_request_does_not_expire_while_it_waits_again() -> None:
     batch = waiting_seq(0, arrival=0.0, timeout_ms=10)
     scheduler.add(batch)
     scheduler.schedule(0.0)
-    urgent = Sequence.from_request(1, GenerationRequest("u", [1], SamplingParams(max_tokens=4, priority=-1), 0.001))
+    urgent = Request.from_request(1, GenerationRequest("u", [1], SamplingParams(max_tokens=4, priority=-1), 0.001))
     scheduler.add(urgent)
     plan = scheduler.schedule(0.001)
-    assert plan.preempted == (batch,) and batch.status is SequenceStatus.WAITING
+    assert plan.preempted == (batch,) and batch.status is RequestStatus.WAITING
     assert scheduler.expire(5.0) == []
 
 

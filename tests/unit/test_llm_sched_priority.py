@@ -5,7 +5,7 @@ its place among the requests of its priority."""
 from __future__ import annotations
 
 from llm.contract import SchedulerConfig
-from llm.scheduler import SequenceStatus
+from llm.scheduler import RequestStatus
 from tests.unit.llm_fakes import reference_tokens
 from tests.unit.test_llm_scheduler import Driver, ids
 
@@ -42,7 +42,7 @@ def test_an_urgent_request_displaces_when_kv_blocks_not_slots_are_short() -> Non
     assert driver.scheduler.blocks.num_free == 2
     urgent = driver.add([30, 31, 32, 33, 34, 35, 36, 37, 38], max_tokens=2, priority=0, arrival=5.0)  # needs 3 blocks
     plan = driver.step()
-    assert plan.preempted == (batch[1],) and urgent.status is SequenceStatus.RUNNING
+    assert plan.preempted == (batch[1],) and urgent.status is RequestStatus.RUNNING
     driver.run()
     assert driver.finished.index(urgent) < driver.finished.index(batch[1])
     assert_reference_outputs(driver)
@@ -54,6 +54,6 @@ def test_fcfs_never_displaces_a_running_request_for_an_urgent_one() -> None:
     running = driver.add([1, 2], max_tokens=5, priority=9)
     driver.step()
     urgent = driver.add([3, 4], max_tokens=2, priority=0)
-    assert not any(driver.step().preempted for _ in range(3)) and urgent.status is SequenceStatus.WAITING
+    assert not any(driver.step().preempted for _ in range(3)) and urgent.status is RequestStatus.WAITING
     driver.run()
     assert driver.finished == [running, urgent]

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
-from llm.scheduler import BlockManager, Scheduler, Sequence, SequenceStatus, StepPlan
+from llm.scheduler import BlockManager, Request, RequestStatus, Scheduler, SchedulerOutput
 from tests.unit.llm_fakes import FakeExecutor, reference_tokens
 
 
@@ -19,19 +19,19 @@ class Driver:
         self.scheduler = Scheduler(
             config, block_size=self.executor.block_size, num_blocks=self.executor.num_blocks, max_model_len=self.executor.max_model_len
         )
-        self.seqs: list[Sequence] = []
-        self.finished: list[Sequence] = []
+        self.seqs: list[Request] = []
+        self.finished: list[Request] = []
         self.now = 0.0
 
-    def add(self, prompt: list[int], max_tokens: int = 4, *, priority: int = 0, arrival: float | None = None) -> Sequence:
+    def add(self, prompt: list[int], max_tokens: int = 4, *, priority: int = 0, arrival: float | None = None) -> Request:
         arrival = self.now if arrival is None else arrival
         request = GenerationRequest(f"r{len(self.seqs)}", prompt, SamplingParams(max_tokens=max_tokens, priority=priority), arrival)
-        seq = Sequence.from_request(len(self.seqs), request)
+        seq = Request.from_request(len(self.seqs), request)
         self.scheduler.add(seq)
         self.seqs.append(seq)
         return seq
 
-    def step(self) -> StepPlan:
+    def step(self) -> SchedulerOutput:
         plan = self.scheduler.schedule(self.now)
         if not plan.empty:
             logits = self.executor.execute(plan.chunks)
@@ -44,7 +44,7 @@ class Driver:
         self.now += 0.001
         return plan
 
-    def run(self, max_steps: int = 10_000) -> list[StepPlan]:
+    def run(self, max_steps: int = 10_000) -> list[SchedulerOutput]:
         plans = []
         while self.scheduler.has_work:
             plans.append(self.step())
@@ -52,7 +52,7 @@ class Driver:
         return plans
 
 
-def ids(plan: StepPlan) -> list[int]:
+def ids(plan: SchedulerOutput) -> list[int]:
     return [chunk.seq_id for chunk in plan.chunks]
 
 
@@ -113,7 +113,7 @@ def test_out_of_blocks_the_latest_arrival_is_preempted_and_resumes_ahead_of_new_
     driver = Driver(config, num_blocks=6, block_size=4)  # 24 token positions
     first = driver.add([1, 2, 3, 4, 5, 6, 7], max_tokens=8, arrival=0.0)
     second = driver.add([8, 9, 10, 11, 12, 13, 14], max_tokens=8, arrival=1.0)
-    preempted: list[Sequence] = []
+    preempted: list[Request] = []
     newcomer = None
     while driver.scheduler.has_work:
         plan = driver.step()
@@ -136,7 +136,7 @@ def test_without_prefix_caching_a_preempted_sequence_refeeds_its_prompt_and_gene
     while not second.num_preemptions:
         driver.step()
     generated_before = list(second.output_token_ids)
-    assert generated_before and second.block_table == [] and second.status is SequenceStatus.WAITING
+    assert generated_before and second.block_table == [] and second.status is RequestStatus.WAITING
     while second.num_computed_tokens == 0:
         plan = driver.step()
     refeed = next(c for c in plan.chunks if c.seq_id == second.seq_id)
@@ -179,7 +179,7 @@ def test_a_finished_sequence_frees_its_slot_and_blocks_before_the_next_step() ->
     first = driver.add([1, 2, 3], max_tokens=1)
     second = driver.add([4, 5, 6], max_tokens=1)
     assert ids(driver.step()) == [first.seq_id]
-    assert first.status is SequenceStatus.FINISHED and driver.scheduler.blocks.num_free == 8
+    assert first.status is RequestStatus.FINISHED and driver.scheduler.blocks.num_free == 8
     assert ids(driver.step()) == [second.seq_id]
 
 
@@ -189,10 +189,10 @@ def test_request_mode_admits_nothing_while_a_batch_runs() -> None:
     long = driver.add([2], max_tokens=6)
     driver.step()
     late = driver.add([3], max_tokens=1)
-    while long.status is not SequenceStatus.FINISHED:
+    while long.status is not RequestStatus.FINISHED:
         plan = driver.step()
         assert late.seq_id not in ids(plan), "a request joined a batch in flight"
-        assert short.status is SequenceStatus.FINISHED
+        assert short.status is RequestStatus.FINISHED
     assert ids(driver.step()) == [late.seq_id]
 
 
@@ -248,7 +248,7 @@ def test_under_priority_a_more_important_arrival_displaces_the_lowest_ranked_run
     driver.step()
     peer = driver.add([5, 6], max_tokens=2, priority=5, arrival=2.0)
     plan = driver.step()
-    assert plan.preempted == () and peer.status is SequenceStatus.WAITING  # equal priority waits its turn
+    assert plan.preempted == () and peer.status is RequestStatus.WAITING  # equal priority waits its turn
     urgent = driver.add([7, 8], max_tokens=2, priority=0, arrival=3.0)
     plan = driver.step()
     assert plan.preempted == (late,) and set(ids(plan)) == {early.seq_id, urgent.seq_id}
@@ -273,7 +273,7 @@ def test_random_traffic_on_a_tight_kv_cache_keeps_every_invariant(policy: str, s
         if step < 250 and rng.random() < 0.3:
             driver.add([rng.randrange(1, 40) for _ in range(rng.randint(1, 20))], max_tokens=rng.randint(1, 12), priority=rng.randint(0, 2))
         if rng.random() < 0.03:
-            open_seqs = [s for s in driver.seqs if s.status is not SequenceStatus.FINISHED]
+            open_seqs = [s for s in driver.seqs if s.status is not RequestStatus.FINISHED]
             if open_seqs:
                 victim = rng.choice(open_seqs)
                 driver.scheduler.finish(victim)

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
-from llm.scheduler import Scheduler
-from llm.scheduler import Sequence as SchedSequence
+from llm.scheduler import Request, Scheduler
 from tools.bench.llm.driver import Schedule
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import CUT, StreamRecord
@@ -96,7 +95,7 @@ class SimResult:
 
 @dataclass
 class _Open:
-    seq: SchedSequence
+    seq: Request
     record: StreamRecord
     stream: int | None  # closed loop: the stream that sends the next request when this one ends
 
@@ -160,7 +159,7 @@ class EngineSimulation:
                     SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True),
                     records[index].sent_s + latency,
                 )
-                seq = SchedSequence.from_request(index, request)
+                seq = Request.from_request(index, request)
                 try:
                     scheduler.add(seq)
                 except ValueError as exc:
@@ -169,24 +168,24 @@ class EngineSimulation:
                     continue
                 records[index].tokens_in = shape.prompt_tokens
                 open_[index] = _Open(seq, records[index], stream)
-            plan = scheduler.schedule(now)
-            if plan.empty:
+            scheduled = scheduler.schedule(now)
+            if scheduled.empty:
                 wake = scheduler.next_step_time(now)
                 upcoming = [t for t in (wake, arrivals[0][0] if arrivals else None) if t is not None and t > now]
                 if not upcoming:
                     break
                 now = min(upcoming)
                 continue
-            sampled = plan.sampled_seqs
-            duration = self.cost.seconds(StepShape.of(plan.chunks)) + self.overheads.per_token_s * len(sampled)
+            sampled = scheduled.sampled_seqs
+            duration = self.cost.seconds(StepShape.of(scheduled.chunks)) + self.overheads.per_token_s * len(sampled)
             end = now + duration
             if end > limit:
                 now = limit
                 break
-            scheduler.commit(plan, {seq.seq_id: FILLER_TOKEN for seq in sampled})
+            scheduler.commit(scheduled, {seq.seq_id: FILLER_TOKEN for seq in sampled})
             steps += 1
-            preemptions += len(plan.preempted)
-            running_sum += len(plan.seqs)
+            preemptions += len(scheduled.preempted)
+            running_sum += len(scheduled.seqs)
             peak = max(peak, scheduler.blocks.num_used)
             waiting_sum += len(scheduler.waiting)
             kv_sum += scheduler.blocks.num_used / scheduler.blocks.num_blocks

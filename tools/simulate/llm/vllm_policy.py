@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from llm.scheduler import Scheduler, StepPlan
+from llm.scheduler import Scheduler, SchedulerOutput
 
 
 class VllmScheduler(Scheduler):
     """Our scheduler with vLLM's chunk-cap rule for a lone request (difference 1 above)."""
 
-    def schedule(self, now: float) -> StepPlan:
+    def schedule(self, now: float) -> SchedulerOutput:
         config = self.config
         if len(self.running) + len(self.waiting) > 1 or config.long_prefill_token_threshold >= config.max_num_batched_tokens:
             return super().schedule(now)

@@ -1,4 +1,7 @@
-"""One request's state inside the scheduler: its tokens, what the KV cache holds, its blocks."""
+"""One request's state inside the scheduler: its tokens, what the KV cache holds, its blocks.
+
+`Request` and `RequestStatus` are vLLM's names (vllm/v1/request.py); what the client sent is
+llm.contract.GenerationRequest, which a `Request` holds."""
 
 from __future__ import annotations
 
@@ -10,15 +13,17 @@ from llm.contract import GenerationRequest
 from llm.scheduler.block_manager import ROOT_HASH, BlockHash
 
 
-class SequenceStatus(Enum):
+class RequestStatus(Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
 
 
 @dataclass
-class Sequence:
-    """Tokens are prompt + generated; after a preemption by recompute the KV cache is empty
+class Request:
+    """A request as the scheduler tracks it (a sequence of tokens and its KV blocks).
+
+    Tokens are prompt + generated; after a preemption by recompute the KV cache is empty
     (`num_computed_tokens` = 0) and every known token is prefilled again, so the tokens so far
     are the new prompt without copying anything."""
 
@@ -28,14 +33,14 @@ class Sequence:
     num_prompt_tokens: int
     num_computed_tokens: int = 0  # tokens whose KV is in this sequence's blocks
     block_table: list[int] = field(default_factory=list)
-    status: SequenceStatus = SequenceStatus.WAITING
+    status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     first_scheduled: float | None = None
     block_hashes: list[BlockHash] = field(default_factory=list)  # chained hashes of full blocks (prefix caching)
     adapter_slot: int = -1  # the executor's LoRA slot of request.params.lora_name; -1: the base model
 
     @classmethod
-    def from_request(cls, seq_id: int, request: GenerationRequest, adapter_slot: int = -1) -> Sequence:
+    def from_request(cls, seq_id: int, request: GenerationRequest, adapter_slot: int = -1) -> Request:
         tokens = list(request.prompt_token_ids)
         return cls(seq_id=seq_id, request=request, token_ids=tokens, num_prompt_tokens=len(tokens), adapter_slot=adapter_slot)
 
