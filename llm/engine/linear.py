@@ -46,8 +46,15 @@ class DenseLinear:
         if self.packed is None:
             return F.linear(x, self.weight)
         rows = x.shape[0]
+        if rows <= INVARIANT_BLOCK:
+            return self._product(x)
+        return torch.cat([self._product(x[start : start + INVARIANT_BLOCK]) for start in range(0, rows, INVARIANT_BLOCK)])
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        """oneDNN's product of at most INVARIANT_BLOCK rows, padded to INVARIANT_ROWS."""
+        rows = x.shape[0]
         pad = -rows % INVARIANT_ROWS
-        if pad:  # see INVARIANT_ROWS
+        if pad:
             x = F.pad(x, (0, 0, 0, pad))
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
         return out[:rows] if pad else out
@@ -60,6 +67,10 @@ PREPACK_ROWS = 16  # the row count oneDNN's packing is tuned for (any count runs
 # another stream decoded beside it. Padded with zero rows to a multiple of 16, every row's bits
 # were the same alone and in batches of 2-320 rows (int8 and int4 products were already).
 INVARIANT_ROWS = 16
+# On the AMX Xeon (Sapphire Rapids class, 2 threads) oneDNN sums in one order for up to 32 rows
+# and in another from 48 rows: a row's bits changed in every batch of more than 32 rows. Products
+# of more rows run as blocks of 32, each padded as above (docs/decisions/llm-bf16-invariant-rows.md).
+INVARIANT_BLOCK = 32
 
 
 def prepacks(dtype: torch.dtype, device: torch.device) -> bool:
