@@ -70,3 +70,20 @@ def test_the_layout_check_sees_each_other_shape(tmp_path: Path) -> None:
         (tools / module).parent.mkdir(parents=True, exist_ok=True)
         (tools / module).write_text("")
     assert llm_tooling_out_of_place(tools) == ["tools/llmtools", "tools/load/llm", "tools/observe/llm_rows.py"]
+
+
+def test_the_scheduler_and_serving_load_without_torch() -> None:
+    """The forbidden contract ignores llm.contract's torch import, which sits under `if TYPE_CHECKING:`;
+    this keeps it there: every module of llm.scheduler and llm.serving, imported in a fresh
+    interpreter, leaves torch and the engine unloaded."""
+    probe = (
+        "import importlib, pkgutil, sys\n"
+        "import llm.scheduler, llm.serving\n"
+        "for package in (llm.scheduler, llm.serving):\n"
+        "    for module in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(module.name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m.startswith(('llm.engine', 'llm.vllm_engine'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"llm.scheduler or llm.serving loaded: {result.stdout.strip()}"
