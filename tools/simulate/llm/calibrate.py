@@ -3,7 +3,10 @@
 Runs `LlamaExecutor.execute` plus greedy sampling in this process (what one engine-loop step
 costs, without Triton), on pure prefills, pure decodes at several batch sizes and context
 lengths, and mixed steps, so every feature of the model varies on its own somewhere.
-A few minutes on a 2-core CPU; the JSON names the CPU.
+A few minutes on a 2-core CPU; the JSON names the CPU. With `lora_adapters` N > 0 the engine
+also serves N random rank-8 adapters (tools.bench.llm.lora's, in a temporary folder) and
+the design adds steps whose rows carry them: 1 to N adapters over all or half of a step's rows,
+so the fit sees `lora_rows` and `lora_adapters` vary apart.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +28,7 @@ from tools.simulate.llm.step_cost import StepCostModel, StepShape
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 16
+NO_ADAPTER = -1  # llm.engine.lora.NO_ADAPTER, without importing torch here
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,11 @@ class Design:
     # a design without them predicted, decode-only steps 1.32x)
     mixed_continued: tuple[tuple[int, int, int, int], ...] = ((8, 256, 56, 256), (4, 512, 120, 128), (8, 512, 248, 512))
     repeats: int = 4  # rounds over every shape
+    lora_adapters: int = 0  # random adapters served for the LoRA shapes below; 0: none, no LoRA shapes
+    lora_decodes: tuple[int, ...] = (1, 4, 16, 32)  # decode batches whose rows carry adapters
+    lora_context: int = 256  # cached tokens of each LoRA decode
+    lora_prefills: tuple[int, ...] = (64, 256)  # prompts of one adapter from an empty cache
+    lora_mixed: tuple[tuple[int, int], ...] = ((8, 128),)  # adapted decodes at lora_context plus an adapted prompt
     statistic: str = "median"  # of a shape's rounds: median (the typical step, what serving sees) or min (the undisturbed one)
 
     @classmethod
@@ -50,36 +60,72 @@ class Design:
             mixed=((8, 256, 128), (16, 512, 256)),
             mixed_continued=((8, 256, 56, 256), (8, 512, 248, 512)),
             repeats=3,
+            lora_decodes=(4, 16),
+            lora_prefills=(128,),
         )
 
-    def steps(self) -> Iterator[list[tuple[int, int]]]:
-        """Each step as (chunk length, cached context) per sequence."""
+    def steps(self) -> Iterator[list[tuple[int, int, int]]]:
+        """Each step as (chunk length, cached context, adapter slot or NO_ADAPTER) per sequence."""
         for length in self.prefills:
-            yield [(length, 0)]
+            yield [(length, 0, NO_ADAPTER)]
         for length, context in self.continued:
-            yield [(length, context)]
+            yield [(length, context, NO_ADAPTER)]
         for batch in self.decode_batches:
             for context in self.decode_contexts:
-                yield [(1, context)] * batch
+                yield [(1, context, NO_ADAPTER)] * batch
         for decodes, context, prefill in self.mixed:
-            yield [(1, context)] * decodes + [(prefill, 0)]
+            yield [(1, context, NO_ADAPTER)] * decodes + [(prefill, 0, NO_ADAPTER)]
         for decodes, context, chunk, cached in self.mixed_continued:
-            yield [(1, context)] * decodes + [(chunk, cached)]
+            yield [(1, context, NO_ADAPTER)] * decodes + [(chunk, cached, NO_ADAPTER)]
+        yield from self.lora_steps()
+
+    def lora_steps(self) -> Iterator[list[tuple[int, int, int]]]:
+        """Steps whose rows carry adapters: each decode batch all on one adapter, spread over as
+        many adapters as it has rows (up to lora_adapters), and half of it adapted; prompts of
+        one adapter; adapted decodes beside an adapted prompt."""
+        if self.lora_adapters < 1:
+            return
+        context = self.lora_context
+        for batch in self.lora_decodes:
+            for adapters in sorted({1, min(batch, self.lora_adapters)}):
+                yield [(1, context, row % adapters) for row in range(batch)]
+            if batch >= 2:
+                yield [(1, context, 0 if row < batch // 2 else NO_ADAPTER) for row in range(batch)]
+        for length in self.lora_prefills:
+            yield [(length, 0, 0)]
+        for decodes, prefill in self.lora_mixed:
+            yield [(1, context, row % self.lora_adapters) for row in range(decodes)] + [(prefill, 0, 0)]
 
 
-def chunks_of(step: list[tuple[int, int]]) -> list[ScheduledChunk]:
+def chunks_of(step: list[tuple[int, int, int]]) -> list[ScheduledChunk]:
     """Disjoint blocks per sequence, every chunk sampled (as a decode or a prompt's last chunk)."""
     chunks, next_block = [], 0
-    for seq_id, (length, context) in enumerate(step):
+    for seq_id, (length, context, adapter) in enumerate(step):
         blocks = -(-(context + length) // BLOCK_SIZE)
         table = tuple(range(next_block, next_block + blocks))
         next_block += blocks
-        chunks.append(ScheduledChunk(seq_id, [100 + (seq_id + i) % 1000 for i in range(length)], context, table, True))
+        tokens = [100 + (seq_id + i) % 1000 for i in range(length)]
+        chunks.append(ScheduledChunk(seq_id, tokens, context, table, True, adapter_slot=adapter))
     return chunks
 
 
 def blocks_needed(design: Design) -> int:
-    return max(sum(-(-(c + n) // BLOCK_SIZE) for n, c in step) for step in design.steps())
+    return max(sum(-(-(c + n) // BLOCK_SIZE) for n, c, _ in step) for step in design.steps())
+
+
+def serve_random_adapters(executor, count: int, folder: Path) -> dict:
+    """`count` random adapters as tools.bench.llm.lora serves them, written into `folder` and
+    loaded into `executor`, one slot each (what a served multi_lora.json gives). The kernel
+    reads every part of a fused projection up to the adapter's rank whatever it targets, so the
+    projections adapted do not change a step's cost; the rank does. Returns what the cost model
+    records of them."""
+    from tools.bench.llm.lora import RANK
+    from tools.simulate.llm.setup import AdapterMix
+
+    refused = executor.load_adapters(AdapterMix(count).write(folder, executor.dims))
+    if refused:
+        raise RuntimeError(f"random adapters refused by the engine: {refused}")
+    return {"adapters": count, "rank": RANK}
 
 
 def measure(checkpoint: Path, design: Design, dtype: str = "float32", threads: int = 0, weights: str = "dense") -> StepCostModel:
@@ -107,11 +153,8 @@ def _measure(checkpoint: Path, design: Design, dtype: str, threads: int, weights
     """The step cost of one weight format and dtype (`auto` resolved on this CPU): a model
     fitted on one format prices another's steps wrongly (int4 decodes ran 2.4x faster than
     bfloat16 ones at one sequence and 1.4x slower at 32 on the AMX Xeon)."""
-    import torch
-
     from llm.engine.executor import LlamaExecutor
     from llm.engine.precision import resolve_dtype
-    from llm.sampling import Sampler, SamplingRow
     from tools.simulate.llm.engine_sim import kv_bytes_per_token
     from tools.simulate.llm.setup import DTYPE_BYTES, checkpoint_dims
 
@@ -122,6 +165,16 @@ def _measure(checkpoint: Path, design: Design, dtype: str, threads: int, weights
     executor = LlamaExecutor.from_checkpoint(checkpoint, config)
     if executor.num_blocks < blocks:
         raise RuntimeError(f"the calibration KV cache holds {executor.num_blocks} blocks, {blocks} needed")
+    with tempfile.TemporaryDirectory(prefix="llm-calibration-adapters-") as folder:
+        lora = serve_random_adapters(executor, design.lora_adapters, Path(folder)) if design.lora_adapters else None
+        return _fit(executor, design, checkpoint, dtype, weights, lora)
+
+
+def _fit(executor, design: Design, checkpoint: Path, dtype: str, weights: str, lora: dict | None) -> StepCostModel:
+    import torch
+
+    from llm.sampling import Sampler, SamplingRow
+
     sampler = Sampler(frozenset(executor.eos_token_ids))
     greedy = SamplingParams(max_tokens=1, temperature=0.0)
 
@@ -157,6 +210,8 @@ def _measure(checkpoint: Path, design: Design, dtype: str, threads: int, weights
         "block_size": BLOCK_SIZE,
         "statistic": design.statistic,
     }
+    if lora is not None:
+        engine["lora"] = lora
     model = StepCostModel.fitted(shapes, seconds, machine=describe_cpu(), engine=engine)
     samples = [{**vars(s), "seconds": round(t, 6), "predicted": round(model.seconds(s), 6)} for s, t in zip(shapes, seconds)]
     return StepCostModel(model.coefficients, model.machine, model.engine, {**model.fit, "steps": samples})

@@ -11,9 +11,11 @@ scheduler: tools/simulate/llm/vllm_setup.py); the cost model must come from the 
 
 Examples:
   python -m tools.simulate llm calibrate --out build/simulate/llm-step-cost.json
+  python -m tools.simulate llm calibrate --lora-adapters 8 --out build/simulate/llm-step-cost-lora.json
   python -m tools.simulate llm calibrate --engine vllm --quick        # -> build/simulate/llm-step-cost-vllm.json
   python -m tools.simulate llm validate --engine vllm --cases "max_num_seqs=16;max_num_seqs=4" --live-scale
   python -m tools.simulate llm predict --cost-model build/simulate/llm-step-cost.json --concurrency 8
+  python -m tools.simulate llm predict --concurrency 16 --adapters 16 --popularity zipf --set max_loras=4
   python -m tools.simulate llm predict --cost-model build/simulate/llm-step-cost.json --rate 0.5 \\
       --set max_num_seqs=4,max_num_batched_tokens=128 --slo ttft=1,tpot=0.1 --json
   python -m tools.simulate llm validate --cost-model build/simulate/llm-step-cost.json \\
@@ -41,6 +43,7 @@ from tools.simulate.llm.setup import (
     DEFAULT_CHECKPOINT,
     ENGINE_COST_MODELS,
     ENGINES,
+    AdapterMix,
     drawn_shapes,
     parse_overrides,
     read_knobs,
@@ -90,6 +93,18 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--token-overhead-ms", type=float, default=0.0, help="engine-thread work per streamed token (default 0)")
 
 
+def add_adapter_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("LoRA adapters (as tools.bench.llm.lora asks for them)")
+    group.add_argument("--adapters", type=int, default=0, help="requests name one of N adapters (default 0: the base model)")
+    group.add_argument(
+        "--popularity", choices=("uniform", "zipf"), default="uniform", help="how the requests pick their adapter (default uniform)"
+    )
+
+
+def adapter_mix_of(args: argparse.Namespace) -> AdapterMix:
+    return AdapterMix(args.adapters, args.popularity)
+
+
 def overheads_of(args: argparse.Namespace) -> Overheads:
     return Overheads(request_s=args.request_overhead_ms / 1000.0, per_token_s=args.token_overhead_ms / 1000.0)
 
@@ -113,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, default=None, help="native: torch threads (default 0: torch's default, as the server)")
     c.add_argument("--quick", action="store_true", help="fewer shapes and rounds (about a minute)")
     c.add_argument(
+        "--lora-adapters",
+        type=int,
+        default=0,
+        help="native: serve N random rank-8 adapters and time steps with 1..N of them too (default 0: no LoRA shapes)",
+    )
+    c.add_argument(
         "--statistic", choices=("median", "min"), default="median", help="a shape's time over its rounds (default median: the typical step)"
     )
     c.add_argument("--out", type=Path, default=None, help="default: build/simulate/llm-step-cost.json (vllm: llm-step-cost-vllm.json)")
@@ -125,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--concurrency", type=int, help="closed-loop streams")
     load.add_argument("--rate", type=float, help="Poisson requests/s")
     add_workload_arguments(p)
+    add_adapter_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_verbosity_flags(p)
 
@@ -157,7 +179,8 @@ def prediction_table(prediction: LlmPrediction, title: str) -> str:
         f"  TTFT p50 {f.ttft_p50_ms} ms, p99 {f.ttft_p99_ms} ms; TPOT p50 {f.tpot_p50_ms} ms, p99 {f.tpot_p99_ms} ms;"
         f" ITL p99 {f.itl_p99_ms} ms",
         f"  {prediction.steps} steps, {prediction.mean_running:.1f} sequences per step, {prediction.preemptions} preemptions, "
-        f"peak KV blocks {prediction.peak_kv_blocks}",
+        f"peak KV blocks {prediction.peak_kv_blocks}"
+        + (f", {prediction.mean_adapters:.1f} LoRA adapters per step" if prediction.mean_adapters else ""),
     ]
     return "\n".join(lines)
 
@@ -189,14 +212,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if engine == "vllm":
         from tools.simulate.llm.vllm_calibrate import VllmDesign, measure_vllm
 
-        if args.dtype is not None or args.threads is not None or args.weights is not None:
-            raise ValueError("--dtype, --weights and --threads are the native engine's; vLLM's come from --config's knobs")
+        if args.dtype is not None or args.threads is not None or args.weights is not None or args.lora_adapters:
+            raise ValueError("--dtype, --weights, --threads and --lora-adapters are the native engine's; vLLM's come from --config's knobs")
         design = dataclasses.replace(VllmDesign.quick() if args.quick else VllmDesign(), statistic=args.statistic)
         model = measure_vllm(config, design, args.checkpoint)
     else:
         from tools.simulate.llm.calibrate import Design, measure
 
-        design = dataclasses.replace(Design.quick() if args.quick else Design(), statistic=args.statistic)
+        if args.lora_adapters < 0:
+            raise ValueError(f"--lora-adapters takes a count >= 0, got {args.lora_adapters}")
+        design = Design.quick() if args.quick else Design()
+        design = dataclasses.replace(design, statistic=args.statistic, lora_adapters=args.lora_adapters)
         _, engine_config = read_knobs(config)
         dtype, weights = args.dtype or engine_config.dtype, args.weights or engine_config.weights
         model = measure(args.checkpoint or DEFAULT_CHECKPOINT, design, dtype, args.threads or 0, weights)
@@ -213,7 +239,7 @@ def run_predict(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides, engine_name)
     config, engine = simulation_of({**parameters_from_pbtxt(config_path), **overrides})
     schedule = ClosedLoop(args.concurrency) if args.concurrency else Poisson(args.rate)
-    shapes = drawn_shapes(args.prompt_lengths, args.output_lengths, args.requests, args.seed)
+    shapes = adapter_mix_of(args).apply(drawn_shapes(args.prompt_lengths, args.output_lengths, args.requests, args.seed), args.seed)
     started = time.perf_counter()
     prediction = predict_level(cost, config, engine, shapes, schedule, level_of(args), args.slo, overheads_of(args))
     if args.json:

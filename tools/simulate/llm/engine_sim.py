@@ -8,6 +8,9 @@ from the same place in the workload),
 are taken in at the start of the next step as EngineLoop does, and generate exactly
 `max_tokens` tokens (the benchmark ignores EOS). Each request becomes a StreamRecord, so the
 figures (TTFT, TPOT, ITL, goodput) are tools.bench.llm's own definitions, not a second copy.
+A request may name a LoRA adapter: the scheduler then admits it under its own `max_loras`, and
+each adapter gets a slot of its own (as every listed adapter is resident in the engine), so the
+step's shape counts its adapted rows and distinct adapters.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tools.simulate.llm.vllm_policy import VllmScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {"native": Scheduler, "vllm": VllmScheduler}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+NO_ADAPTER = -1  # ScheduledChunk.adapter_slot of a base-model row
 FILLER_TOKEN = 100  # token values do not change a step's cost
 FIRST_PROMPT_TOKEN = 1000  # each request's own first token (modulo PROMPT_TOKEN_SPAN)
 PROMPT_TOKEN_SPAN = 40_000
@@ -43,10 +47,12 @@ def prompt_token_ids(index: int, length: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RequestShape:
-    """What the simulator needs of a request: its prompt and output lengths in tokens."""
+    """What the simulator needs of a request: its prompt and output lengths in tokens, and the
+    LoRA adapter it names (None: the base model)."""
 
     prompt_tokens: int
     max_tokens: int
+    lora_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class SimResult:
     peak_kv_blocks: int
     mean_waiting: float = 0.0  # requests waiting after a step's plan, averaged over steps
     mean_kv_usage: float = 0.0  # share of the KV blocks in use after a step's plan, averaged over steps
+    mean_adapters: float = 0.0  # distinct LoRA adapters per step, averaged over steps
 
     def figures(self, slo: Slo) -> LevelFigures:
         return LevelFigures.of(self.records, self.duration_s, slo)
@@ -133,6 +140,7 @@ class EngineSimulation:
         records: list[StreamRecord] = []
         arrivals: list[tuple[float, int, int | None]] = []  # (time the engine sees it, record index, stream)
         open_: dict[int, _Open] = {}
+        slots: dict[str, int] = {}  # adapter -> its engine slot, in order of first request
         latency = self.overheads.request_s / 2  # half on the way in, half on the way back
 
         def send(at: float, stream: int | None) -> None:
@@ -148,7 +156,7 @@ class EngineSimulation:
             for offset in schedule.offsets(self.seconds, np.random.default_rng(self.seed)):
                 send(float(offset), None)
 
-        now, steps, preemptions, running_sum, peak, waiting_sum, kv_sum = 0.0, 0, 0, 0, 0, 0, 0.0
+        now, steps, preemptions, running_sum, peak, waiting_sum, kv_sum, adapters_sum = 0.0, 0, 0, 0, 0, 0, 0.0, 0
         while now < limit:
             while arrivals and arrivals[0][0] <= now:
                 _, index, stream = heapq.heappop(arrivals)
@@ -156,10 +164,11 @@ class EngineSimulation:
                 request = GenerationRequest(
                     str(index),
                     prompt_token_ids(index, shape.prompt_tokens),
-                    SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True),
+                    SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True, lora_name=shape.lora_name),
                     records[index].sent_s + latency,
                 )
-                seq = Request.from_request(index, request)
+                slot = NO_ADAPTER if shape.lora_name is None else slots.setdefault(shape.lora_name, len(slots))
+                seq = Request.from_request(index, request, adapter_slot=slot)
                 try:
                     scheduler.add(seq)
                 except ValueError as exc:
@@ -177,7 +186,8 @@ class EngineSimulation:
                 now = min(upcoming)
                 continue
             sampled = scheduled.sampled_seqs
-            duration = self.cost.seconds(StepShape.of(scheduled.chunks)) + self.overheads.per_token_s * len(sampled)
+            shape = StepShape.of(scheduled.chunks)
+            duration = self.cost.seconds(shape) + self.overheads.per_token_s * len(sampled)
             end = now + duration
             if end > limit:
                 now = limit
@@ -189,6 +199,7 @@ class EngineSimulation:
             peak = max(peak, scheduler.blocks.num_used)
             waiting_sum += len(scheduler.waiting)
             kv_sum += scheduler.blocks.num_used / scheduler.blocks.num_blocks
+            adapters_sum += shape.lora_adapters
             for seq in sampled:
                 item = open_[seq.seq_id]
                 item.record.add_tokens(end + latency, 1)
@@ -219,6 +230,7 @@ class EngineSimulation:
             peak_kv_blocks=peak,
             mean_waiting=waiting_sum / steps if steps else 0.0,
             mean_kv_usage=kv_sum / steps if steps else 0.0,
+            mean_adapters=adapters_sum / steps if steps else 0.0,
         )
 
 

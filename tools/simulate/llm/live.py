@@ -26,6 +26,7 @@ from tools.load.llm.workload import LlmRequest, warmup_request
 from tools.paths import BUILD_DIR
 from tools.repo.model_config import ModelConfig
 from tools.simulate.llm.predict import LevelPlan
+from tools.simulate.llm.setup import AdapterMix
 from tools.triton_client import TritonClient
 
 log = logging.getLogger(__name__)
@@ -121,11 +122,50 @@ async def _drive(
 
 @contextlib.contextmanager
 def live_server(
-    url: str | None = None, grpc_url: str | None = None, admin_key: str | None = None, vllm_config: Path | None = None
+    url: str | None = None,
+    grpc_url: str | None = None,
+    admin_key: str | None = None,
+    vllm_config: Path | None = None,
+    adapters: AdapterMix | None = None,
 ) -> Iterator[LiveServer]:
     """A running server (its config restored at the end), or a local Triton with only `llm`.
     With `vllm_config` (a config of the vLLM engine), every reload starts from that file, and a
-    local Triton serves `llm` on vLLM from its start (`--model-config-name=vllm`)."""
+    local Triton serves `llm` on vLLM from its start (`--model-config-name=vllm`). With
+    `adapters`, a local Triton serves them from a repository of its own (tools.lora.repository:
+    the committed one untouched); a running server must already list them by the same names."""
+    if adapters is not None and adapters.adapters and not url:
+        with _repository_with(adapters) as repository, live_server_at(None, grpc_url, admin_key, vllm_config, repository) as server:
+            yield server
+        return
+    with live_server_at(url, grpc_url, admin_key, vllm_config) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _repository_with(adapters: AdapterMix) -> Iterator[Path]:
+    import tempfile
+
+    from llm.artifacts import CONFIG_FILE
+    from llm.engine.checkpoint import LlamaDims
+    from tools.contract import LLM_MODEL
+    from tools.lora.repository import repository_with_adapters
+    from tools.paths import MODEL_REPOSITORY
+
+    dims = LlamaDims.from_json((MODEL_REPOSITORY / LLM_MODEL / "1" / CONFIG_FILE).read_text())
+    with tempfile.TemporaryDirectory(prefix="llm-sim-adapters-", dir=BUILD_DIR if BUILD_DIR.is_dir() else None) as work:
+        root = Path(work)
+        yield repository_with_adapters(root, adapters.write(root / "adapters", dims))
+
+
+@contextlib.contextmanager
+def live_server_at(
+    url: str | None = None,
+    grpc_url: str | None = None,
+    admin_key: str | None = None,
+    vllm_config: Path | None = None,
+    repository: Path | None = None,
+) -> Iterator[LiveServer]:
+    """live_server's work: `repository` is the local Triton's model repository (None: the committed one)."""
     from tools.contract import grpc_url_beside
     from tools.ports import free_ports
     from tools.repo.model_config import load_config
@@ -149,6 +189,7 @@ def live_server(
         model_control_mode="explicit",
         load_models=(LLM_MODEL,),
         model_config_name=None if base is None else "vllm",
+        **({} if repository is None else {"model_repository": repository}),
     )
     log_path = Path(BUILD_DIR) / f"triton-llm-sim-{http}.log"
     with LocalTriton(options, log_path=log_path).start(VLLM_READY_TIMEOUT_S if base is not None else 180.0) as server:

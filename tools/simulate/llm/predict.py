@@ -32,6 +32,7 @@ class LlmPrediction:
     peak_kv_blocks: int
     mean_waiting: float = 0.0
     mean_kv_usage: float = 0.0
+    mean_adapters: float = 0.0  # distinct LoRA adapters per step
 
     def to_dict(self) -> dict:
         return {
@@ -43,6 +44,7 @@ class LlmPrediction:
             "peak_kv_blocks": self.peak_kv_blocks,
             "mean_waiting": round(self.mean_waiting, 2),
             "mean_kv_usage": round(self.mean_kv_usage, 4),
+            "mean_adapters": round(self.mean_adapters, 2),
         }
 
 
@@ -68,4 +70,5 @@ def predict_level(
         result.peak_kv_blocks,
         result.mean_waiting,
         result.mean_kv_usage,
+        result.mean_adapters,
     )

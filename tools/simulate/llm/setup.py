@@ -103,8 +103,49 @@ def drawn_shapes(prompt_lengths: LengthRange, output_lengths: LengthRange, count
 
 
 def shapes_of(requests: Sequence[LlmRequest]) -> list[RequestShape]:
-    """The exact lengths of a built workload (as our tokenizer counts the prompts)."""
-    return [RequestShape(r.prompt_tokens, r.max_tokens) for r in requests]
+    """The exact lengths of a built workload (as our tokenizer counts the prompts), and the
+    adapter each request names."""
+    return [RequestShape(r.prompt_tokens, r.max_tokens, r.lora_name) for r in requests]
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterMix:
+    """How many LoRA adapters a workload asks for and how popular each is: what
+    tools.bench.llm.lora serves (its adapters' names, its seeded draw), so a simulated workload
+    names the adapters the benchmark's requests name for the same seed."""
+
+    adapters: int = 0  # 0: every request runs on the base model
+    popularity: str = "uniform"  # uniform or zipf (1/rank)
+
+    def __post_init__(self) -> None:
+        if self.adapters < 0:
+            raise ValueError(f"a workload asks for 0 adapters or more, got {self.adapters}")
+        if not self.adapters:
+            return
+        from tools.bench.llm.lora import POPULARITY  # (it loads torch: only for a workload with adapters)
+
+        if self.popularity not in POPULARITY:
+            raise ValueError(f"adapter popularity is one of {', '.join(POPULARITY)}, got {self.popularity!r}")
+
+    @property
+    def names(self) -> list[str]:
+        return [f"random-{index}" for index in range(self.adapters)]
+
+    def write(self, folder: Path, dims) -> dict[str, Path]:
+        """The mix's adapters as tools.bench.llm.lora writes them (random, its rank, seed = the
+        adapter's index), all seven projections adapted, in `folder`: name -> its folder."""
+        from tools.bench.llm.lora import RANK
+        from tools.lora.random_adapters import write_adapter
+
+        return {name: write_adapter(Path(folder) / name, dims, seed, RANK, 2.0 * RANK) for seed, name in enumerate(self.names)}
+
+    def apply(self, requests: Sequence, seed: int) -> list:
+        """`requests` (RequestShape or LlmRequest), each naming an adapter drawn from the mix."""
+        from tools.bench.llm.lora import MIXED, Variant, with_adapters
+
+        if not self.adapters:
+            return list(requests)
+        return with_adapters(requests, Variant(MIXED, self.adapters, self.popularity), self.names, seed)
 
 
 def with_knobs(config: SchedulerConfig, **changes) -> SchedulerConfig:

@@ -1,6 +1,7 @@
 """Seconds per engine step as a linear function of the step's composition.
 
     step_s = intercept + prefill_token·p + decode_seq·d + kv_token·k + prefill_pair·q + multi_row·m
+             + lora_row·r + lora_adapter·a
 
 - `prefill_tokens`: prompt tokens fed this step (the matmuls' rows beside decodes);
 - `decode_seqs`: sequences decoding one token (a row each, plus one sampled row each);
@@ -10,7 +11,15 @@
 - `multi_row`: 1 when the matrix products have two rows or more. On the 2-core EPYC the
   float32 products cost 28 ms for one row (a matrix-vector product reading each weight once)
   and 44-52 ms for 2 to 8 rows: a step jumps, not grows, from one sequence to two, which a
-  line through both under-predicts at light load. Optional in saved models (0 when absent).
+  line through both under-predicts at light load. Optional in saved models (0 when absent);
+- `lora_rows`: rows of the step's products that carry a LoRA adapter (a prompt chunk's tokens, a
+  decode's one row): the `lora_delta` kernel computes each row's shrink and expand on its own,
+  per layer and projection, whatever else shares the step;
+- `lora_adapters`: distinct adapters in the step: each one's A and B matrices are read once per
+  layer and projection (the kernel runs one adapter's rows back to back), so a step of 8 rows over
+  8 adapters reads 8 adapters' matrices where 8 rows of one adapter read one. Both optional in
+  saved models (0 when absent: a model measured without adapters prices an adapted step as a
+  base one).
 
 Fitted by non-negative least squares on measured steps, so no feature can make a step cheaper,
 and saved with the CPU it was measured on: a cost model is only valid where it was measured.
@@ -18,6 +27,7 @@ and saved with the CPU it was measured on: a cost model is only valid where it w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -28,8 +38,8 @@ import numpy as np
 
 from llm.contract import ScheduledChunk
 
-FEATURES = ("intercept", "prefill_tokens", "decode_seqs", "kv_tokens", "prefill_pairs", "multi_row")
-OPTIONAL_FEATURES = frozenset({"multi_row"})  # absent from cost models saved before it: 0
+FEATURES = ("intercept", "prefill_tokens", "decode_seqs", "kv_tokens", "prefill_pairs", "multi_row", "lora_rows", "lora_adapters")
+OPTIONAL_FEATURES = frozenset({"multi_row", "lora_rows", "lora_adapters"})  # absent from cost models saved before them: 0
 
 
 @dataclass(frozen=True)
@@ -40,17 +50,26 @@ class StepShape:
     decode_seqs: int = 0
     kv_tokens: int = 0
     prefill_pairs: float = 0.0  # thousands of query x key pairs in prefill chunks
+    lora_rows: int = 0  # rows (tokens fed) of sequences with a LoRA adapter
+    lora_adapters: int = 0  # distinct LoRA adapters among the step's sequences
 
     def row(self) -> list[float]:
         multi_row = 1.0 if self.prefill_tokens + self.decode_seqs >= 2 else 0.0
-        return [1.0, float(self.prefill_tokens), float(self.decode_seqs), float(self.kv_tokens), float(self.prefill_pairs), multi_row]
+        counts = (self.prefill_tokens, self.decode_seqs, self.kv_tokens, self.prefill_pairs)
+        return [1.0, *(float(count) for count in counts), multi_row, float(self.lora_rows), float(self.lora_adapters)]
 
     @classmethod
     def of(cls, chunks: Sequence[ScheduledChunk]) -> StepShape:
-        """A step's shape from its chunks (a chunk of one token after cached context is a decode)."""
-        return cls.of_pieces(
+        """A step's shape from its chunks (a chunk of one token after cached context is a decode;
+        a chunk's rows are adapted when it names an adapter slot)."""
+        shape = cls.of_pieces(
             (len(chunk.token_ids), chunk.start_position, len(chunk.token_ids) == 1 and chunk.start_position > 0) for chunk in chunks
         )
+        adapted = [chunk for chunk in chunks if chunk.adapter_slot >= 0]
+        if not adapted:
+            return shape
+        rows = sum(len(chunk.token_ids) for chunk in adapted)
+        return dataclasses.replace(shape, lora_rows=rows, lora_adapters=len({chunk.adapter_slot for chunk in adapted}))
 
     @classmethod
     def of_pieces(cls, pieces: Iterable[tuple[int, int, bool]]) -> StepShape:
@@ -96,12 +115,14 @@ class StepCostModel:
     @classmethod
     def fitted(cls, shapes: Sequence[StepShape], seconds: Sequence[float], **meta) -> StepCostModel:
         """Non-negative least squares, weighted by 1/seconds so short decode steps count as much
-        as long prefills (the error that matters is relative)."""
+        as long prefills (the error that matters is relative). An optional feature no shape has
+        (no adapted step measured) gets 0 and needs no shape of its own."""
         from scipy.optimize import nnls
 
-        if len(shapes) != len(seconds) or len(shapes) < len(FEATURES):
-            raise ValueError(f"a fit needs as many times as shapes and at least {len(FEATURES)} of them, got {len(shapes)}")
-        x = np.array([shape.row() for shape in shapes])
+        x = np.array([shape.row() for shape in shapes]) if shapes else np.zeros((0, len(FEATURES)))
+        used = sum(1 for name, column in zip(FEATURES, x.T) if name not in OPTIONAL_FEATURES or column.any())
+        if len(shapes) != len(seconds) or len(shapes) < used:
+            raise ValueError(f"a fit needs as many times as shapes and at least {used} of them, got {len(shapes)}")
         y = np.array(seconds, dtype=float)
         if (y <= 0).any():
             raise ValueError("step times must be positive")
@@ -144,4 +165,5 @@ class StepCostModel:
             f"{c['intercept'] * 1e3:.2f} ms + {c['prefill_tokens'] * 1e6:.1f} us/prefill token + {c['decode_seqs'] * 1e6:.1f} us/decode seq"
             f" + {c['kv_tokens'] * 1e9:.1f} ns/KV token + {c['prefill_pairs'] * 1e6:.2f} us/1000 prefill pairs"
             f" + {c['multi_row'] * 1e3:.2f} ms from two rows on"
+            f" + {c['lora_rows'] * 1e6:.1f} us/LoRA row + {c['lora_adapters'] * 1e3:.2f} ms/LoRA adapter"
         )

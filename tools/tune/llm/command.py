@@ -18,6 +18,11 @@ the native engine and config.pbtxt.
     python -m tools.tune --model llm --slo ttft_p99=2s,tpot_p99=150ms --rate 0.5 --top 3 --apply
     python -m tools.tune --model llm --strategy grid --max-num-seqs 4,8 --max-num-batched-tokens 64,256
     python -m tools.tune --model llm --engine vllm --quick --cost-model calibrate --apply
+    python -m tools.tune --model llm --adapters 16 --popularity zipf --concurrency 16 --simulate-only
+
+With `--adapters N` the workload's requests name N random LoRA adapters (uniform or Zipf
+popularity, as tools.bench.llm.lora draws them), `max_loras` joins the searched knobs, and a
+local Triton serves those adapters (a `--url` server must list them under the same names).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from tools.load.llm.workload import LengthRange
 from tools.load.schedules import ClosedLoop, Poisson
 from tools.paths import REPO_ROOT
 from tools.simulate.llm.predict import LevelPlan
-from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, ENGINE_COST_MODELS, ENGINES, resolve_engine, shapes_of
+from tools.simulate.llm.setup import DEFAULT_CHECKPOINT, ENGINE_COST_MODELS, ENGINES, AdapterMix, resolve_engine, shapes_of
 from tools.simulate.llm.step_cost import StepCostModel
 from tools.tune.llm.simulated_space import Simulated, SimulatedSpace
 from tools.tune.llm.space import LlmSlo, LlmSpace, label, score
@@ -53,7 +58,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tune.llm")
 
-AXES: dict[str, type] = {"max_num_seqs": int, "max_num_batched_tokens": int, "long_prefill_token_threshold": int, "max_wait_ms": float}
+AXES: dict[str, type] = {
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "long_prefill_token_threshold": int,
+    "max_wait_ms": float,
+    "max_loras": int,  # searched only when the workload names adapters (--adapters)
+}
 STRATEGIES = ("model-guided", "grid")
 
 
@@ -111,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-lengths", type=LengthRange.parse, default=LengthRange(16, 128))
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--adapters",
+        type=int,
+        default=0,
+        help="requests name one of N random LoRA adapters (tools.bench.llm.lora's; served by a local Triton), "
+        "and max_loras is searched (default 0: the base model)",
+    )
+    parser.add_argument("--popularity", choices=("uniform", "zipf"), default="uniform", help="how requests pick their adapter")
     parser.add_argument("--seconds", type=float, default=None, help="sending time per measured level (default 40; quick 20)")
     parser.add_argument("--drain", type=float, default=None, help="drain limit per level (default 40; quick 30)")
     parser.add_argument("--url", default=None, help="a running Triton in explicit model-control mode (default: start a local one)")
@@ -133,11 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def choose_cost_model(
-    option: str, quick: bool, threads: int = 0, engine: str = "native", config: Path | None = None
+    option: str, quick: bool, threads: int = 0, engine: str = "native", config: Path | None = None, lora_adapters: int = 0
 ) -> tuple[StepCostModel, str]:
     """The step cost model of `engine`: a file, the engine's default file (auto), or one
-    calibrated now (native: in process; vllm: vLLM's engine under `config`'s knobs). A model
-    measured on the other engine is refused."""
+    calibrated now (native: in process, with `lora_adapters` random adapters' steps too; vllm:
+    vLLM's engine under `config`'s knobs). A model measured on the other engine is refused."""
     default = ENGINE_COST_MODELS[engine]
     if option not in ("auto", "calibrate"):
         model, source = StepCostModel.load(Path(option)), option
@@ -154,7 +173,7 @@ def choose_cost_model(
             from tools.simulate.llm.setup import read_knobs
 
             _, served = read_knobs(config) if config is not None else read_knobs()  # the format the config serves
-            design = Design.quick() if quick else Design()
+            design = replace(Design.quick() if quick else Design(), lora_adapters=lora_adapters)
             model = measure(DEFAULT_CHECKPOINT, design, served.dtype, threads=threads, weights=served.weights)
         model.save(default)
         return model, f"calibrated now ({default})"
@@ -162,6 +181,12 @@ def choose_cost_model(
         raise ValueError(f"the cost model {source} was measured on the {model.engine_kind} engine; this tune is on {engine}")
     if engine == "native" and config is not None:
         _warn_on_another_format(model, config, source)
+    if lora_adapters and "lora" not in model.engine:
+        log.warning(
+            "the cost model %s was measured without LoRA adapters: adapted rows cost the simulation nothing, so max_loras ranks "
+            "on the scheduler alone (--cost-model calibrate measures them, or python -m tools.simulate llm calibrate --lora-adapters N)",
+            source,
+        )
     return model, source
 
 
@@ -201,11 +226,11 @@ def _cells(figures: Mapping) -> str:
 
 
 def comparison_table(rows: list[dict]) -> str:
-    head = f"{'candidate':52s} {'role':22s} | {'predicted: tok/s good/s TTFT99 TPOT99':38s} | measured: tok/s good/s TTFT99 TPOT99"
+    head = f"{'candidate':62s} {'role':22s} | {'predicted: tok/s good/s TTFT99 TPOT99':38s} | measured: tok/s good/s TTFT99 TPOT99"
     lines = [head]
     for row in rows:
         measured = _cells(row["measured"]) if row.get("measured") else "(not measured)"
-        lines.append(f"{row['label'][:52]:52s} {row['role']:22s} | {_cells(row['predicted']):38s} | {measured}")
+        lines.append(f"{row['label'][:62]:62s} {row['role']:22s} | {_cells(row['predicted']):38s} | {measured}")
     return "\n".join(lines)
 
 
@@ -228,6 +253,7 @@ class LlmTuneSettings:
     output_lengths: LengthRange
     requests: int
     seed: int
+    adapters: AdapterMix  # the LoRA adapters the workload's requests name (none: the base model)
     url: str | None  # a running Triton, or None to start a local one
     grpc_url: str | None
     admin_key: str | None
@@ -262,9 +288,15 @@ class LlmTuneSettings:
                 raise ValueError("--long-prefill-token-threshold takes numbers >= 0 on vLLM (0: no cap below the budget)")
         elif any(value <= 0 for value in axes["long_prefill_token_threshold"]) or any(value < 0 for value in axes["max_wait_ms"]):
             raise ValueError("--long-prefill-token-threshold takes positive numbers, --max-wait-ms milliseconds >= 0")
-        if any(value <= 0 for knob in ("max_num_seqs", "max_num_batched_tokens") for value in axes[knob]):
-            raise ValueError("--max-num-seqs and --max-num-batched-tokens take positive numbers")
-        space = LlmSpace.for_engine(engine, args.quick).with_axes(**axes)
+        if any(value <= 0 for knob in ("max_num_seqs", "max_num_batched_tokens", "max_loras") for value in axes[knob]):
+            raise ValueError("--max-num-seqs, --max-num-batched-tokens and --max-loras take positive numbers")
+        adapters = AdapterMix(args.adapters, args.popularity)
+        if adapters.adapters and engine == "vllm":
+            raise ValueError("--adapters: the vllm engine's step cost model has no LoRA terms; tune adapters on the native engine")
+        if axes["max_loras"] and not adapters.adapters:
+            raise ValueError("--max-loras is searched only for a workload with adapters (--adapters N)")
+        space = LlmSpace.for_engine(engine, args.quick).for_adapters(adapters.adapters, args.quick)
+        space = space.with_axes(**{knob: values for knob, values in axes.items() if values})
         if next(space.candidates(), None) is None:
             raise ValueError("the search space has no valid candidate (each needs budget >= seqs and chunk <= budget)")
         return settings_from(
@@ -273,6 +305,7 @@ class LlmTuneSettings:
             engine=engine,
             config=config,
             space=space,
+            adapters=adapters,
             schedule=Poisson(args.rate) if args.rate else ClosedLoop(args.concurrency or 8),
             level=level,
             top=min(args.top, 2) if args.quick and args.top == 3 else args.top,
@@ -286,7 +319,9 @@ def run_tune(settings: LlmTuneSettings) -> int:
 
     started = time.monotonic()
     base = parameters_from_pbtxt(settings.config)
-    cost, source = choose_cost_model(settings.cost_model, settings.quick, settings.calibrate_threads, settings.engine, settings.config)
+    cost, source = choose_cost_model(
+        settings.cost_model, settings.quick, settings.calibrate_threads, settings.engine, settings.config, settings.adapters.adapters
+    )
     requests = workload_requests(settings)
     default = {key: base[key] for key in settings.space.knobs if key in base}
     space = SimulatedSpace(base, default, shapes_of(requests), settings.schedule, settings.level, settings.slo)
@@ -362,12 +397,13 @@ def run_tune(settings: LlmTuneSettings) -> int:
 
 
 def workload_requests(settings: LlmTuneSettings) -> list:
-    """The seeded requests every level draws from (tokenized with the model's tokenizer)."""
+    """The seeded requests every level draws from (tokenized with the model's tokenizer), each
+    naming its adapter as tools.bench.llm.lora's load does for the same seed."""
     from tools.bench.llm.levels import load_tokenizer
     from tools.load.llm.workload import Workload
 
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
-    return workload.build(load_tokenizer(settings.tokenizer))
+    return settings.adapters.apply(workload.build(load_tokenizer(settings.tokenizer)), settings.seed)
 
 
 @dataclass
@@ -422,7 +458,7 @@ def measure_live(
         return measured
 
     vllm_config = settings.config if settings.engine == "vllm" else None
-    with live_server(settings.url, settings.grpc_url, settings.admin_key, vllm_config) as server:
+    with live_server(settings.url, settings.grpc_url, settings.admin_key, vllm_config, settings.adapters) as server:
         if settings.live_scale:
             anchor = measure(server, space.default, simulated[0][1], "config, anchor")
             anchor_label = f"{label(space.default)} @ {level_label(settings.schedule)}"

@@ -31,6 +31,7 @@ class LlmSpace:
     policy: tuple[str, ...] = ("fcfs",)  # priority ranks like fcfs when no request sets a priority
     max_wait_ms: tuple[float, ...] = (0.0, 50.0, 200.0)  # empty: not a knob of the engine (vLLM has none)
     engine: str = "native"  # vllm: long_prefill_token_threshold 0 is "no cap" (the budget), no max-wait
+    max_loras: tuple[int, ...] = ()  # empty: not searched (a workload without adapters: for_adapters)
 
     @classmethod
     def quick(cls) -> LlmSpace:
@@ -55,11 +56,25 @@ class LlmSpace:
             return cls.vllm(quick)
         return cls.quick() if quick else cls()
 
+    def for_adapters(self, adapters: int, quick: bool = False) -> LlmSpace:
+        """This space with `max_loras` searched when the workload names `adapters` adapters: from
+        1 (one adapter per step, what an instance per adapter gives) up to all of them at once,
+        by doubling (quick: 1, the middle and all). A cap above the count acts as the count, so
+        none is tried. Without adapters the knob changes nothing and is not searched."""
+        if adapters < 1:
+            return self
+        if quick:
+            values = {1, max(1, adapters // 2), adapters}
+        else:
+            values = {2**power for power in range(adapters.bit_length()) if 2**power < adapters} | {adapters}
+        return dataclasses.replace(self, max_loras=tuple(sorted(values)))
+
     @property
     def knobs(self) -> tuple[str, ...]:
         """The config parameters a candidate sets."""
         names = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold", "policy", "max_wait_ms")
-        return names if self.engine == "native" else names[:-1]
+        names = names if self.engine == "native" else names[:-1]
+        return (*names, "max_loras") if self.max_loras else names
 
     def with_axes(self, **axes: Sequence) -> LlmSpace:
         """This space with the given axes replaced (`--max-num-seqs 4,8` and the like); an
@@ -74,8 +89,9 @@ class LlmSpace:
         the budget: such duplicates are left out, and on vLLM a chunk of the whole budget too,
         which is its 0; the budget must cover one token per sequence)."""
         waits: tuple[float | None, ...] = self.max_wait_ms if self.engine == "native" else (None,)
-        for seqs, budget, chunk, policy, wait in itertools.product(
-            self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_token_threshold, self.policy, waits
+        loras: tuple[int | None, ...] = self.max_loras or (None,)
+        for seqs, budget, chunk, policy, wait, adapters in itertools.product(
+            self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_token_threshold, self.policy, waits, loras
         ):
             if budget < seqs or chunk > budget or (self.engine == "vllm" and chunk == budget):
                 continue
@@ -87,9 +103,17 @@ class LlmSpace:
             }
             if wait is not None:
                 candidate["max_wait_ms"] = f"{wait:g}"
+            if adapters is not None:
+                candidate["max_loras"] = str(adapters)
             yield candidate
 
 
 def label(parameters: Mapping[str, str]) -> str:
-    short = {"max_num_seqs": "seqs", "max_num_batched_tokens": "budget", "long_prefill_token_threshold": "chunk", "max_wait_ms": "wait_ms"}
+    short = {
+        "max_num_seqs": "seqs",
+        "max_num_batched_tokens": "budget",
+        "long_prefill_token_threshold": "chunk",
+        "max_wait_ms": "wait_ms",
+        "max_loras": "loras",
+    }
     return " ".join(f"{short.get(k, k)}={v}" for k, v in parameters.items() if k in short or k == "policy")
