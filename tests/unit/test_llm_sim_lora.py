@@ -3,6 +3,7 @@ calibration's adapted shapes, `max_loras` enforced by the real scheduler, and th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -10,8 +11,12 @@ import pytest
 
 from llm.contract import ScheduledChunk, SchedulerConfig
 from tools.bench.llm.lora import MIXED, Variant, with_adapters
+from tools.load.llm.figures import LevelFigures
+from tools.load.llm.records import StreamRecord
 from tools.load.llm.workload import LlmRequest
 from tools.load.schedules import ClosedLoop
+from tools.repo.model_config import load_config
+from tools.simulate.llm import live
 from tools.simulate.llm.calibrate import NO_ADAPTER, Design, chunks_of
 from tools.simulate.llm.engine_sim import EngineShape, EngineSimulation, RequestShape
 from tools.simulate.llm.predict import LevelPlan
@@ -163,3 +168,40 @@ def test_the_tuner_refuses_max_loras_without_adapters_and_adapters_on_vllm():
         command.LlmTuneSettings.from_cli_args(parser.parse_args(["--model", "llm", "--engine", "vllm", "--adapters", "4"]))
     settings = command.LlmTuneSettings.from_cli_args(parser.parse_args(["--model", "llm", "--adapters", "4", "--max-loras", "1,4"]))
     assert settings.space.max_loras == (1, 4) and settings.adapters == AdapterMix(4, "uniform")
+
+
+class FakeServer:
+    """Answers a level with `good` requests per max_loras; keeps what it was loaded with and sent."""
+
+    def __init__(self, good: dict[str, int]) -> None:
+        self.good, self.applied, self.sent = good, [], []
+        self.stuck_unloads, self.last_load_average, self.last_sent = 0, None, 0
+
+    def apply(self, parameters: dict) -> None:
+        self.applied.append(dict(parameters))
+
+    def measure_records(self, requests, schedule, level):
+        self.sent.append(list(requests))
+        count = self.good[self.applied[-1]["max_loras"]]
+        return [StreamRecord(i, 0.0, token_times=[0.2, 0.25], end_s=0.25, tokens_in=32, tokens_out=2) for i in range(count)], level.seconds
+
+    def measure(self, requests, schedule, level, slo):
+        return LevelFigures.of(*self.measure_records(requests, schedule, level), slo)
+
+
+def test_a_tune_with_adapters_sends_them_serves_them_and_writes_the_best_max_loras(tmp_path, monkeypatch):
+    server, opened = FakeServer({"1": 5, "2": 10, "4": 20}), []
+    monkeypatch.setattr(live, "live_server", lambda *args: opened.append(args) or contextlib.nullcontext(server))
+    monkeypatch.setattr(command, "workload_requests", lambda settings: [LlmRequest(i, f"p{i}", 32, 2) for i in range(40)])
+    LORA_COST.save(tmp_path / "cost.json")
+    out = tmp_path / "config.pbtxt"
+    argv = [
+        *("--model", "llm", "--cost-model", str(tmp_path / "cost.json"), "--concurrency", "8", "--adapters", "4"),
+        *("--max-num-seqs", "8", "--max-num-batched-tokens", "256", "--long-prefill-token-threshold", "256", "--max-wait-ms", "0"),
+        *("--top", "2", "--tie-break-rounds", "0", "--report-dir", str(tmp_path), "--output", str(out), "-q"),
+    ]
+    assert command.run(argv) == 0
+    assert opened[0][4] == AdapterMix(4, "uniform")  # the local server serves the workload's adapters
+    assert {request.lora_name for request in server.sent[0]} == {f"random-{i}" for i in range(4)}
+    assert all("max_loras" in parameters for parameters in server.applied)
+    assert load_config(out).parameters["max_loras"].string_value == "4"

@@ -322,7 +322,7 @@ def run_tune(settings: LlmTuneSettings) -> int:
     cost, source = choose_cost_model(
         settings.cost_model, settings.quick, settings.calibrate_threads, settings.engine, settings.config, settings.adapters.adapters
     )
-    requests = workload_requests(settings)
+    requests = settings.adapters.apply(workload_requests(settings), settings.seed)  # as tools.bench.llm.lora's load names them
     default = {key: base[key] for key in settings.space.knobs if key in base}
     space = SimulatedSpace(base, default, shapes_of(requests), settings.schedule, settings.level, settings.slo)
     simulated = space.simulate(cost, settings.space.candidates())
@@ -397,13 +397,12 @@ def run_tune(settings: LlmTuneSettings) -> int:
 
 
 def workload_requests(settings: LlmTuneSettings) -> list:
-    """The seeded requests every level draws from (tokenized with the model's tokenizer), each
-    naming its adapter as tools.bench.llm.lora's load does for the same seed."""
+    """The seeded requests every level draws from (tokenized with the model's tokenizer)."""
     from tools.bench.llm.levels import load_tokenizer
     from tools.load.llm.workload import Workload
 
     workload = Workload(settings.prompt_lengths, settings.output_lengths, settings.requests, settings.seed)
-    return settings.adapters.apply(workload.build(load_tokenizer(settings.tokenizer)), settings.seed)
+    return workload.build(load_tokenizer(settings.tokenizer))
 
 
 @dataclass

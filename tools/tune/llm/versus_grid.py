@@ -210,8 +210,9 @@ def head_to_head(tune_args: list[str], cost_model: str, contenders: list[dict], 
 
     settings = parse_settings(build_parser(), ["--model", "llm", *tune_args], LlmTuneSettings.from_cli_args)
     base = {**parameters_from_pbtxt(settings.config), **engine_parameters(StepCostModel.load(Path(cost_model)).engine)}
-    requests = workload_requests(settings)
-    with live_server(settings.url, settings.grpc_url, settings.admin_key, settings.config if settings.engine == "vllm" else None) as server:
+    requests = settings.adapters.apply(workload_requests(settings), settings.seed)
+    vllm_config = settings.config if settings.engine == "vllm" else None
+    with live_server(settings.url, settings.grpc_url, settings.admin_key, vllm_config, settings.adapters) as server:
         measure_level = live_levels(server, base, requests, settings.schedule)
         results = rematch(contenders, measure_level, dataclasses.replace(settings.level, seconds=seconds), rounds, settings.slo)
     return verdict(results, settings.slo)
