@@ -2,8 +2,9 @@
 
 The scheduler decides which tokens of which sequences run in a step and owns the KV block
 allocation (a pure-Python free list); the engine owns the KV tensors and turns a step plan
-into next-token logits; the sampler turns logits into tokens; the loop ties them together
-on one thread. Each side is testable without the other (a fake executor for the scheduler).
+into next-token logits; the sampler turns logits into tokens; the engine core (llm/core.py)
+ties them together into a step, and the loop runs that step on one thread. Each side is
+testable without the other (a fake executor for the scheduler).
 """
 
 from __future__ import annotations

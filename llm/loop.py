@@ -1,38 +1,35 @@
-"""The engine loop: the one thread that plans, runs and samples every step.
+"""The engine loop: the one thread that runs every step of the engine core.
 
 Callers (the Triton model's `execute`, benchmarks) only `submit`, `cancel` and read
-`snapshot`; everything else happens on the engine thread, so the scheduler stays
-single-threaded and pure. Callbacks run on the engine thread: a slow callback slows every
-stream, and one that raises ends only its own request. `run_one_step` is the step itself,
-callable without the thread for deterministic tests.
+`snapshot`; everything else happens on the engine thread, so the core and its scheduler stay
+single-threaded and pure. What a step does is EngineCore's (llm/core.py); this module owns
+the thread, the inbox, waking up, asking clients whether they left, and delivering each
+output to its request's callback. Callbacks run on the engine thread: a slow callback slows
+every stream, and one that raises ends only its own request. `run_one_step` is the step
+itself, callable without the thread for deterministic tests.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-
-import torch
+from dataclasses import dataclass
 
 from llm.contract import (
     GenerationRequest,
     LoopObserver,
     OutputCallback,
     RequestOutput,
-    RequestTimings,
     SchedulerConfig,
     StepExecutor,
-    StepStats,
 )
-from llm.output import Decoder, IncrementalDetokenizer, OutputState
-from llm.sampling import Sampler, SamplingRow, make_generator
-from llm.scheduler import Request, Scheduler, SchedulerOutput
+from llm.core import EngineCore
+from llm.output import Decoder
+from llm.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -43,24 +40,16 @@ WAITING_POLLS_PER_STEP = 8  # is_cancelled() calls per step for waiting requests
 RUNNING_POLL_INTERVAL_S = 0.1
 
 
-def adapters_of(seqs: Iterable[Request]) -> tuple[str, ...]:
-    """The distinct LoRA adapters of `seqs`, sorted (the base model is none)."""
-    return tuple(sorted({seq.request.params.lora_name for seq in seqs} - {None}))  # type: ignore[arg-type]
-
-
 class QueueFullError(RuntimeError):
     """`max_waiting` requests already wait: the caller should reject this one (HTTP 503/429)."""
 
 
 @dataclass
-class _OpenRequest:
-    seq: Request
+class _Client:
+    """Where an open request's outputs go, and how to ask whether its client left."""
+
     on_output: OutputCallback
     is_cancelled: Callable[[], bool] | None
-    state: OutputState
-    generator: torch.Generator | None
-    pending_token_ids: list[int] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -80,28 +69,23 @@ class EngineLoop:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.core = EngineCore(executor, config, tokenizer, observer, clock=clock)
         self.executor = executor
         self.config = config
-        self.scheduler = Scheduler(
-            config, block_size=executor.block_size, num_blocks=executor.num_blocks, max_model_len=executor.max_model_len
-        )
-        self.sampler = Sampler(frozenset(executor.eos_token_ids))
-        self._tokenizer = tokenizer
-        self._observer = observer
+        self.scheduler = self.core.scheduler
         self._clock = clock
         self._cv = threading.Condition()
         self._inbox: deque[_Submission] = deque()
         self._cancels: set[str] = set()
         self._limits: SchedulerConfig | None = None  # step limits to apply before the next step
         self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
-        self._open: dict[int, _OpenRequest] = {}  # engine thread only
+        self._clients: dict[str, _Client] = {}  # engine thread only: the core's open requests, in intake order
         self._waiting_poll_cursor = 0  # engine thread only: where the next round of waiting polls starts
-        self._running_polled_at: dict[int, float] = {}  # engine thread only: seq id -> when last asked while running
-        self._next_seq_id = 0
+        self._running_polled_at: dict[str, float] = {}  # engine thread only: request id -> when last asked while running
         self._stopping = False
         self._stopped = False
         self._thread: threading.Thread | None = None
-        self._snapshot = self._take_snapshot()
+        self._snapshot = self.core.snapshot()
 
     # -- the callers' side (any thread) -----------------------------------------------------
 
@@ -147,8 +131,7 @@ class EngineLoop:
 
     def submit(self, request: GenerationRequest, on_output: OutputCallback, is_cancelled: Callable[[], bool] | None = None) -> None:
         """Queue a request; raises QueueFullError at `max_waiting`, ValueError when it cannot fit."""
-        self.scheduler.check_fits(len(request.prompt_token_ids), request.params.max_tokens)
-        self._adapter_slot(request)
+        self.core.check_request(request)
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the engine loop is stopped")
@@ -159,17 +142,6 @@ class EngineLoop:
             self._open_ids.add(request.request_id)
             self._inbox.append(_Submission(request, on_output, is_cancelled))
             self._cv.notify()
-
-    def _adapter_slot(self, request: GenerationRequest) -> int:
-        """The executor's slot of the request's LoRA adapter (-1: none); ValueError naming an unknown one."""
-        name = request.params.lora_name
-        if name is None:
-            return -1
-        slots = self.executor.adapter_slots
-        if name not in slots:
-            served = ", ".join(sorted(slots)) or "none"
-            raise ValueError(f"unknown LoRA adapter {name!r} (lora_name); this model serves: {served}")
-        return slots[name]
 
     def cancel(self, request_id: str) -> None:
         """Abort a request within a step: its blocks are freed, it gets finish_reason "abort"."""
@@ -225,45 +197,23 @@ class EngineLoop:
     def _idle_timeout(self) -> float | None:
         wake = self.scheduler.next_step_time(self._clock())
         if wake is None:
-            return IDLE_POLL_S if self._open else None
+            return IDLE_POLL_S if self._clients else None
         return min(IDLE_POLL_S, max(wake - self._clock(), 0.0005))
 
     def run_one_step(self, now: float | None = None) -> bool:
-        """Take in submissions and cancellations, then plan, run and sample one step.
-        Returns whether a step ran."""
+        """Take in submissions and cancellations, ask clients whether they left, then let the
+        core plan, run and sample one step and deliver its outputs. Returns whether a step ran."""
         self._take_in()
         self._poll_cancellations()
         now = self._clock() if now is None else now
-        self._expire(now)
-        scheduled = self.scheduler.schedule(now)
+        self._deliver(self.core.expire(now))
+        scheduled = self.core.schedule(now)
         self._publish()  # submit() bounds the waiting queue by this count while the step runs
         if scheduled.empty:
             return False
-        started = self._clock()
-        try:
-            tokens = self._execute(scheduled)
-        except Exception as exc:
-            log.exception("a step failed; its %d sequences end with an error", len(scheduled.seqs))
-            for seq in scheduled.seqs:
-                if seq.seq_id in self._open:
-                    self._finish(self._open[seq.seq_id], "error", error=f"the engine failed: {exc}")
-            self._publish()
-            return True
-        duration = self._clock() - started
-        self._report_step(scheduled, started, duration)
-        finished_at = started + duration
-        for seq, token in zip(scheduled.sampled_seqs, tokens):
-            self._deliver(self._open[seq.seq_id], token, finished_at)
+        self._deliver(self.core.execute(scheduled))
         self._publish()
         return True
-
-    def _execute(self, scheduled: SchedulerOutput) -> list[int]:
-        logits = self.executor.execute(scheduled.chunks)
-        sampled_seqs = scheduled.sampled_seqs
-        rows = [SamplingRow(seq.request.params, len(seq.output_token_ids), self._open[seq.seq_id].generator) for seq in sampled_seqs]
-        tokens = self.sampler.sample(logits, rows)
-        self.scheduler.commit(scheduled, {seq.seq_id: token for seq, token in zip(sampled_seqs, tokens)})
-        return tokens
 
     def _take_in(self) -> None:
         with self._cv:
@@ -273,21 +223,13 @@ class EngineLoop:
             self._cancels.clear()
             limits, self._limits = self._limits, None
         if limits is not None:
-            self.scheduler.set_step_limits(**{name: getattr(limits, name) for name in Scheduler.LIVE_KNOBS})
+            self.core.set_step_limits(limits)
         for submission in submissions:
-            seq = Request.from_request(self._next_seq_id, submission.request, self._adapter_slot(submission.request))
-            self._next_seq_id += 1
-            params = submission.request.params
-            state = OutputState(
-                params,
-                frozenset(self.executor.eos_token_ids),
-                IncrementalDetokenizer(self._tokenizer, submission.request.prompt_token_ids),
-            )
-            self._open[seq.seq_id] = _OpenRequest(seq, submission.on_output, submission.is_cancelled, state, make_generator(params))
-            self.scheduler.add(seq)
+            self.core.add_request(submission.request)
+            self._clients[submission.request.request_id] = _Client(submission.on_output, submission.is_cancelled)
         if cancels:
-            for request in [r for r in self._open.values() if r.seq.request_id in cancels]:
-                self._finish(request, "abort")
+            for request_id in [request_id for request_id in self._clients if request_id in cancels]:
+                self._deliver([self.core.abort(request_id)])
 
     def _poll_cancellations(self) -> None:
         """Ask every running request (at most every RUNNING_POLL_INTERVAL_S), the waiting ones
@@ -302,92 +244,65 @@ class EngineLoop:
         now = self._clock()
         polled_at = self._running_polled_at
         for seq in list(self.scheduler.running):
-            if now - polled_at.get(seq.seq_id, float("-inf")) >= RUNNING_POLL_INTERVAL_S:
-                polled_at[seq.seq_id] = now
-                self._ask_if_cancelled(self._open[seq.seq_id])
-        asked: set[int] = set()
+            if now - polled_at.get(seq.request_id, float("-inf")) >= RUNNING_POLL_INTERVAL_S:
+                polled_at[seq.request_id] = now
+                self._ask_if_cancelled(seq.request_id)
+        asked: set[str] = set()
         free_slots = self.scheduler.max_batch - len(self.scheduler.running)
         for seq in list(self.scheduler.waiting):
             if free_slots <= 0:
                 break
-            request = self._open[seq.seq_id]
-            if request.is_cancelled is not None:
-                asked.add(seq.seq_id)
-                if self._ask_if_cancelled(request):
+            if self._clients[seq.request_id].is_cancelled is not None:
+                asked.add(seq.request_id)
+                if self._ask_if_cancelled(seq.request_id):
                     continue
             free_slots -= 1
-        skip = asked | {seq.seq_id for seq in self.scheduler.running}
-        waiting = [request for request in self._open.values() if request.is_cancelled is not None and request.seq.seq_id not in skip]
+        skip = asked | {seq.request_id for seq in self.scheduler.running}
+        waiting = [request_id for request_id, client in self._clients.items() if client.is_cancelled is not None and request_id not in skip]
         if waiting:
             start = self._waiting_poll_cursor % len(waiting)
             count = min(WAITING_POLLS_PER_STEP, len(waiting))
-            for request in [waiting[(start + i) % len(waiting)] for i in range(count)]:
-                self._ask_if_cancelled(request)
+            for request_id in [waiting[(start + i) % len(waiting)] for i in range(count)]:
+                self._ask_if_cancelled(request_id)
             self._waiting_poll_cursor = start + count
 
-    def _ask_if_cancelled(self, request: _OpenRequest) -> bool:
-        """Retire `request` if its client went away; returns whether it was retired."""
-        if request.is_cancelled is None:
+    def _ask_if_cancelled(self, request_id: str) -> bool:
+        """Retire the request if its client went away; returns whether it was retired."""
+        client = self._clients.get(request_id)
+        if client is None or client.is_cancelled is None:
             return False
         try:
-            cancelled = request.is_cancelled()
+            cancelled = client.is_cancelled()
         except Exception as exc:
-            self._finish(request, "error", error=f"is_cancelled failed: {exc}")
+            self._deliver([self.core.abort(request_id, "error", error=f"is_cancelled failed: {exc}")])
             return True
         if cancelled:
-            self._finish(request, "abort")
+            self._deliver([self.core.abort(request_id)])
         return cancelled
 
-    def _expire(self, now: float) -> None:
-        """Fail the requests that waited past their `queue_timeout_ms` without being scheduled."""
-        for seq in self.scheduler.expire(now):
-            waited_ms = (now - seq.request.arrival_time) * 1000.0
-            error = (
-                f"queue timeout: not scheduled within queue_timeout_ms={seq.request.params.queue_timeout_ms:g} (waited {waited_ms:.0f} ms)"
-            )
-            self._finish(self._open[seq.seq_id], "timeout", error=error)
+    def _deliver(self, outputs: Iterable[RequestOutput | None]) -> None:
+        """Hand each output to its request's callback; a finished one closes the request first
+        (so its id may be submitted again from the callback), and a callback that raises on a
+        partial output ends its request with an error."""
+        for output in outputs:
+            if output is None:
+                continue
+            request_id = output.request_id
+            client = self._clients[request_id]
+            if output.finished:
+                del self._clients[request_id]
+                self._running_polled_at.pop(request_id, None)
+                with self._cv:
+                    self._open_ids.discard(request_id)
+                self._send(client, output)
+            elif not self._send(client, output):
+                self._deliver([self.core.abort(request_id, "error", error="the output callback failed")])
 
-    def _deliver(self, request: _OpenRequest, token: int, at: float) -> None:
-        request.pending_token_ids.append(token)
-        request.token_times.append(at)
-        result = request.state.add_token(token)
-        if result.finish_reason is not None:
-            self._finish(request, result.finish_reason, new_text=result.new_text)
-        elif result.new_text:
-            output = self._output(request, result.new_text, finished=False)
-            if not self._send(request, output):
-                self._finish(request, "error", error="the output callback failed")
-
-    def _finish(self, request: _OpenRequest, reason: str, *, new_text: str = "", error: str | None = None) -> None:
-        """Retire a request in this step (slot and blocks freed) and send its one finished output."""
-        self.scheduler.finish(request.seq)
-        del self._open[request.seq.seq_id]
-        self._running_polled_at.pop(request.seq.seq_id, None)
-        with self._cv:
-            self._open_ids.discard(request.seq.request_id)
-        self._send(request, self._output(request, new_text, finished=True, reason=reason, error=error))
-        self._report_finished(request, reason)
-
-    def _output(
-        self, request: _OpenRequest, new_text: str, *, finished: bool, reason: str | None = None, error: str | None = None
-    ) -> RequestOutput:
-        new_ids, request.pending_token_ids = request.pending_token_ids, []
-        return RequestOutput(
-            request_id=request.seq.request_id,
-            new_text=new_text,
-            new_token_ids=tuple(new_ids),
-            finished=finished,
-            finish_reason=reason,
-            num_prompt_tokens=request.seq.num_prompt_tokens,
-            num_output_tokens=request.state.num_output_tokens,
-            error=error,
-        )
-
-    def _send(self, request: _OpenRequest, output: RequestOutput) -> bool:
+    def _send(self, client: _Client, output: RequestOutput) -> bool:
         try:
-            request.on_output(output)
+            client.on_output(output)
         except Exception:
-            log.exception("the output callback of request %r failed", request.seq.request_id)
+            log.exception("the output callback of request %r failed", output.request_id)
             return False
         return True
 
@@ -397,73 +312,11 @@ class EngineLoop:
             submissions = list(self._inbox)
             self._inbox.clear()
         for submission in submissions:
-            seq = Request.from_request(self._next_seq_id, submission.request)
-            self._next_seq_id += 1
-            state = OutputState(submission.request.params, frozenset(), IncrementalDetokenizer(self._tokenizer, ()))
-            self._open[seq.seq_id] = _OpenRequest(seq, submission.on_output, submission.is_cancelled, state, None)
-        for request in list(self._open.values()):
-            self._finish(request, "error", error=error)
+            self._clients[submission.request.request_id] = _Client(submission.on_output, submission.is_cancelled)
+        self._deliver(self.core.abort_all(error, [submission.request for submission in submissions]))
         self._publish()
 
-    # -- reporting ---------------------------------------------------------------------------
-
-    def _take_snapshot(self) -> dict:
-        return {
-            "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting),
-            "kv_blocks_used": self.scheduler.blocks.num_used,
-            "kv_blocks_total": self.scheduler.blocks.num_blocks,
-        }
-
     def _publish(self) -> None:
-        snapshot = self._take_snapshot()
+        snapshot = self.core.snapshot()
         with self._cv:
             self._snapshot = snapshot
-
-    def _report_step(self, scheduled: SchedulerOutput, started: float, duration: float) -> None:
-        if self._observer is None:
-            return
-        blocks = self.scheduler.blocks
-        stats = StepStats(
-            started=started,
-            duration_s=duration,
-            prefill_tokens=scheduled.prefill_tokens,
-            decode_seqs=scheduled.decode_seqs,
-            kv_tokens_attended=scheduled.kv_tokens_attended,
-            running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting),
-            kv_blocks_used=blocks.num_used,
-            kv_blocks_total=blocks.num_blocks,
-            preemptions=len(scheduled.preempted),
-            prefix_cache_queries=scheduled.prefix_cache_queries,
-            prefix_cache_hits=scheduled.prefix_cache_hits,
-            running_adapters=adapters_of(self.scheduler.running),
-            waiting_adapters=adapters_of(self.scheduler.waiting),
-            max_loras=self.config.max_loras,
-        )
-        try:
-            self._observer.on_step(stats)
-        except Exception:
-            log.exception("the loop observer failed on a step")
-
-    def _report_finished(self, request: _OpenRequest, reason: str) -> None:
-        if self._observer is None:
-            return
-        arrival = request.seq.request.arrival_time
-        times = request.token_times
-        scheduled = request.seq.first_scheduled
-        timings = RequestTimings(
-            request_id=request.seq.request_id,
-            queue_s=None if scheduled is None else scheduled - arrival,
-            ttft_s=times[0] - arrival if times else None,
-            e2e_s=self._clock() - arrival,
-            inter_token_s=tuple(b - a for a, b in itertools.pairwise(times)),
-            prompt_tokens=request.seq.num_prompt_tokens,
-            output_tokens=request.state.num_output_tokens,
-            finish_reason=reason,
-            lora_name=request.seq.request.params.lora_name,
-        )
-        try:
-            self._observer.on_finished(timings)
-        except Exception:
-            log.exception("the loop observer failed on a finished request")
