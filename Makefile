@@ -66,10 +66,10 @@ kernels: $(STAMP) ## compile our C++ CPU kernels into build/kernels (~10 s; the 
 export: $(STAMP) $(VLLM_STAMP) kernels ## export the model to model_repository/ (no-op when up to date; PRECISION=fp32|fp16|int8, TARGET=onnx|tensorrt)
 	$(PY) -m export --target $(TARGET) $(if $(PRECISION),--precision $(PRECISION)) $(EXPORT_ARGS)
 
-serve: export ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, LLM_ENGINE=native|vllm, SERVE_ARGS=...)
+serve: export adapters ## run Triton in the foreground until Ctrl-C (RUNTIME=auto|local|docker, PRESET=mixed|chat|bulk, LLM_ENGINE=native|vllm, SERVE_ARGS=...)
 	$(PY) -m tools.serve --runtime $(RUNTIME) --preset $(PRESET) --llm-engine $(LLM_ENGINE) $(SERVE_ARGS)
 
-test: export ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
+test: export adapters ops-deps ## run the whole test suite (PYTEST_ARGS="-m 'not integration'" for the fast tier)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-unit

@@ -17,10 +17,11 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from gateway.settings import GatewaySettings
+from llm.adapters import ADAPTER_LIST, read_adapter_list
 from llm.tokenizer import LlmTokenizer
 from tests.conftest import start_gateway
 from tests.integration.llm_streams import LlmStream, grpc_inputs, wait_until
-from tools.paths import REPO_ROOT
+from tools.paths import MODEL_REPOSITORY, REPO_ROOT
 from tools.ports import free_ports
 from tools.triton_client import fetch_metrics, metric_total
 
@@ -59,8 +60,12 @@ def aborted(server) -> float:
 
 
 def test_models_lists_the_llm_beside_the_embedding_model(llm_gateway) -> None:
-    ids = [card["id"] for card in httpx.get(f"{llm_gateway.url}/v1/models").json()["data"]]
-    assert ids == ["embed", MODEL]
+    cards = httpx.get(f"{llm_gateway.url}/v1/models").json()["data"]
+    ids = [card["id"] for card in cards]
+    assert ids[:2] == ["embed", MODEL]
+    listed = MODEL_REPOSITORY / MODEL / "1" / ADAPTER_LIST  # the trained adapters (make adapters), as LLM models
+    assert set(ids[2:]) == set(read_adapter_list(listed) if listed.is_file() else ())
+    assert all(card["parent"] == MODEL for card in cards[2:])
     assert httpx.get(f"{llm_gateway.url}/v1/models/{MODEL}").json()["id"] == MODEL
 
 
