@@ -61,10 +61,13 @@ class EngineCore:
         observer: LoopObserver | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        scheduler: Scheduler | None = None,
     ) -> None:
+        """`scheduler`: one built from `config` and the executor's facts unless given (the step
+        simulator gives another policy's, tools/simulate/llm/vllm_policy.py)."""
         self.executor = executor
         self.config = config
-        self.scheduler = Scheduler(
+        self.scheduler = scheduler or Scheduler(
             config, block_size=executor.block_size, num_blocks=executor.num_blocks, max_model_len=executor.max_model_len
         )
         self.sampler = Sampler(frozenset(executor.eos_token_ids))

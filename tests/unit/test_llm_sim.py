@@ -7,6 +7,7 @@ import json
 import pytest
 
 from llm.contract import ScheduledChunk, SchedulerConfig
+from llm.core import EngineCore
 from tools.load.llm.figures import Slo
 from tools.load.schedules import ClosedLoop
 from tools.simulate.llm.engine_sim import EngineShape, EngineSimulation, Overheads, RequestShape, kv_bytes_per_token, num_blocks_for
@@ -186,3 +187,13 @@ def test_a_level_starting_further_on_in_the_workload_simulates_those_requests_as
     assert (first.tokens_in, second.tokens_in) == (100, 8)
     assert first.ttft_s == pytest.approx(0.04)
     assert second.ttft_s == pytest.approx(0.01)
+
+
+def test_the_simulator_runs_the_servers_engine_core_so_a_request_ends_with_its_finish_reason(monkeypatch):
+    """One source of truth for the step: intake, outputs and finish reasons are EngineCore's."""
+    added: list[str] = []
+    real_add = EngineCore.add_request
+    monkeypatch.setattr(EngineCore, "add_request", lambda core, request: (added.append(request.request_id), real_add(core, request)))
+    result = simulate(SchedulerConfig(), [RequestShape(8, 3)], seconds=0.035, streams=1)
+    assert added == ["0", "1"]
+    assert [r.finish_reason for r in result.records] == ["length", "length"]

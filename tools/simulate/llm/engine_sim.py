@@ -1,16 +1,17 @@
-"""The `llm` model's engine loop on a simulated clock: the real scheduler, a modelled step time.
+"""The `llm` model's engine on a simulated clock: the real engine core, a modelled step time.
 
-llm/scheduler is pure (the time is passed in), so this drives the very code the server runs
-(one source of truth for the policy) with a step that takes the cost model's seconds instead
-of running the model. Requests arrive as tools.bench.llm's driver sends them (the same seeded
-Poisson offsets, or N closed-loop streams sending the next request when the last one ended,
-from the same place in the workload),
-are taken in at the start of the next step as EngineLoop does, and generate exactly
-`max_tokens` tokens (the benchmark ignores EOS). Each request becomes a StreamRecord, so the
-figures (TTFT, TPOT, ITL, goodput) are tools.bench.llm's own definitions, not a second copy.
-A request may name a LoRA adapter: the scheduler then admits it under its own `max_loras`, and
-each adapter gets a slot of its own (as every listed adapter is resident in the engine), so the
-step's shape counts its adapted rows and distinct adapters.
+llm.core.EngineCore is pure (no thread, the clock passed in), so this drives the very code
+the server runs (one source of truth for intake, the policy of llm/scheduler, outputs and
+finish reasons) with an executor whose step takes the cost model's seconds on the simulated
+clock instead of running the model (`SimExecutor`). Requests arrive as tools.bench.llm's
+driver sends them (the same seeded Poisson offsets, or N closed-loop streams sending the next
+request when the last one ended, from the same place in the workload), are taken in at the
+start of the next step as EngineLoop does, and generate exactly `max_tokens` tokens (the
+benchmark ignores EOS). Each request becomes a StreamRecord, so the figures (TTFT, TPOT, ITL,
+goodput) are tools.bench.llm's own definitions, not a second copy. A request may name a LoRA
+adapter: the scheduler then admits it under its own `max_loras`, and each adapter gets a slot
+of its own (as every listed adapter is resident in the engine), so the step's shape counts its
+adapted rows and distinct adapters.
 """
 
 from __future__ import annotations
@@ -21,9 +22,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from llm.contract import GenerationRequest, SamplingParams, SchedulerConfig
-from llm.scheduler import Request, Scheduler
+from llm.contract import (
+    GenerationRequest,
+    RequestOutput,
+    RequestTimings,
+    SamplingParams,
+    ScheduledChunk,
+    SchedulerConfig,
+    StepStats,
+)
+from llm.core import EngineCore
+from llm.scheduler import Scheduler
 from tools.bench.llm.driver import Schedule
 from tools.load.llm.figures import LevelFigures, Slo
 from tools.load.llm.records import CUT, StreamRecord
@@ -33,7 +44,6 @@ from tools.simulate.llm.vllm_policy import VllmScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {"native": Scheduler, "vllm": VllmScheduler}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-NO_ADAPTER = -1  # ScheduledChunk.adapter_slot of a base-model row
 FILLER_TOKEN = 100  # token values do not change a step's cost
 FIRST_PROMPT_TOKEN = 1000  # each request's own first token (modulo PROMPT_TOKEN_SPAN)
 PROMPT_TOKEN_SPAN = 40_000
@@ -102,9 +112,75 @@ class SimResult:
 
 @dataclass
 class _Open:
-    seq: Request
     record: StreamRecord
     stream: int | None  # closed loop: the stream that sends the next request when this one ends
+
+
+class SimClock:
+    """The simulated time: what the engine core reads wherever the server reads time.monotonic."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SimExecutor:
+    """A StepExecutor that runs no model: a step takes the cost model's seconds (plus the
+    per-token overhead) on the simulated clock, and every sampled row's next token is FILLER_TOKEN."""
+
+    eos_token_ids: frozenset[int] = frozenset()  # the benchmark ignores EOS
+
+    def __init__(
+        self, engine: EngineShape, adapter_slots: dict[str, int], cost: StepCostModel, overheads: Overheads, clock: SimClock
+    ) -> None:
+        self.block_size, self.num_blocks, self.max_model_len = engine.block_size, engine.num_blocks, engine.max_model_len
+        self.adapter_slots = adapter_slots
+        self.cost, self.overheads, self.clock = cost, overheads, clock
+        self._priced: tuple[Sequence[ScheduledChunk], float] = ((), 0.0)
+
+    def price(self, chunks: Sequence[ScheduledChunk]) -> tuple[StepShape, float]:
+        """The step of `chunks`: its shape and how long it takes (kept for its `execute`)."""
+        shape = StepShape.of(chunks)
+        seconds = self.cost.seconds(shape) + self.overheads.per_token_s * sum(chunk.sample for chunk in chunks)
+        self._priced = (chunks, seconds)
+        return shape, seconds
+
+    def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
+        priced_chunks, seconds = self._priced
+        if priced_chunks is not chunks:
+            _, seconds = self.price(chunks)
+        self.clock.now += seconds
+        logits = torch.zeros(sum(chunk.sample for chunk in chunks), FILLER_TOKEN + 1)
+        logits[:, FILLER_TOKEN] = 1.0
+        return logits
+
+
+class TokenText:
+    """A Decoder with one character per token, so every sampled token is an output of its own."""
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return "x" * len(ids)
+
+
+class _StepFigures:
+    """The observer that sums what SimResult averages over steps, read after each step's commit
+    (before its finished requests free their blocks)."""
+
+    def __init__(self) -> None:
+        self.steps = self.preemptions = self.peak = self.waiting_sum = 0
+        self.kv_sum = 0.0
+
+    def on_step(self, stats: StepStats) -> None:
+        self.steps += 1
+        self.preemptions += stats.preemptions
+        self.peak = max(self.peak, stats.kv_blocks_used)
+        self.waiting_sum += stats.waiting
+        self.kv_sum += stats.kv_blocks_used / stats.kv_blocks_total
+
+    def on_finished(self, timings: RequestTimings) -> None:
+        pass
 
 
 class EngineSimulation:
@@ -133,14 +209,18 @@ class EngineSimulation:
     def run(self, schedule: Schedule, on_step: Callable[[float, Scheduler, list[StreamRecord]], None] | None = None) -> SimResult:
         """`on_step(end, scheduler, records)` after every step (tools.adapt's controller
         observes and sets the scheduler's step limits there)."""
+        clock = SimClock()
+        names = dict.fromkeys(shape.lora_name for shape in self.requests if shape.lora_name is not None)
+        executor = SimExecutor(self.engine, {name: slot for slot, name in enumerate(names)}, self.cost, self.overheads, clock)
         scheduler = SCHEDULERS[self.engine.policy](
             self.config, block_size=self.engine.block_size, num_blocks=self.engine.num_blocks, max_model_len=self.engine.max_model_len
         )
+        figures = _StepFigures()
+        core = EngineCore(executor, self.config, TokenText(), figures, clock=clock, scheduler=scheduler)
         limit = self.seconds + self.drain_s
         records: list[StreamRecord] = []
         arrivals: list[tuple[float, int, int | None]] = []  # (time the engine sees it, record index, stream)
-        open_: dict[int, _Open] = {}
-        slots: dict[str, int] = {}  # adapter -> its engine slot, in order of first request
+        open_: dict[str, _Open] = {}
         latency = self.overheads.request_s / 2  # half on the way in, half on the way back
 
         def send(at: float, stream: int | None) -> None:
@@ -149,6 +229,19 @@ class EngineSimulation:
             records.append(record)
             heapq.heappush(arrivals, (at + latency, index, stream))
 
+        def answer(outputs: Sequence[RequestOutput], at: float) -> None:
+            for output in outputs:
+                item = open_[output.request_id]
+                if output.new_token_ids:
+                    item.record.add_tokens(at + latency, len(output.new_token_ids))
+                if output.finished:
+                    del open_[output.request_id]
+                    item.record.end_s = at + latency
+                    item.record.finish_reason = output.finish_reason
+                    done = at + 2 * latency  # the client's clock: the last answer arrived
+                    if item.stream is not None and done < self.seconds:
+                        send(done, item.stream)
+
         if isinstance(schedule, ClosedLoop):
             for stream in range(schedule.concurrency):
                 send(0.0, stream)
@@ -156,62 +249,45 @@ class EngineSimulation:
             for offset in schedule.offsets(self.seconds, np.random.default_rng(self.seed)):
                 send(float(offset), None)
 
-        now, steps, preemptions, running_sum, peak, waiting_sum, kv_sum, adapters_sum = 0.0, 0, 0, 0, 0, 0, 0.0, 0
-        while now < limit:
+        running_sum, adapters_sum = 0, 0
+        while clock.now < limit:
+            now = clock.now
             while arrivals and arrivals[0][0] <= now:
                 _, index, stream = heapq.heappop(arrivals)
                 shape = self.requests[(self.first_request + index) % len(self.requests)]
                 request = GenerationRequest(
                     str(index),
                     prompt_token_ids(index, shape.prompt_tokens),
-                    SamplingParams(max_tokens=shape.max_tokens, ignore_eos=True, lora_name=shape.lora_name),
+                    SamplingParams(max_tokens=shape.max_tokens, temperature=0, ignore_eos=True, lora_name=shape.lora_name),
                     records[index].sent_s + latency,
                 )
-                slot = NO_ADAPTER if shape.lora_name is None else slots.setdefault(shape.lora_name, len(slots))
-                seq = Request.from_request(index, request, adapter_slot=slot)
                 try:
-                    scheduler.add(seq)
+                    core.check_request(request)
                 except ValueError as exc:
                     records[index].outcome, records[index].message = "error", str(exc)
                     records[index].end_s = records[index].sent_s + 2 * latency
                     continue
                 records[index].tokens_in = shape.prompt_tokens
-                open_[index] = _Open(seq, records[index], stream)
-            scheduled = scheduler.schedule(now)
+                open_[request.request_id] = _Open(records[index], stream)
+                core.add_request(request)
+            answer(core.expire(now), now)
+            scheduled = core.schedule(now)
             if scheduled.empty:
                 wake = scheduler.next_step_time(now)
                 upcoming = [t for t in (wake, arrivals[0][0] if arrivals else None) if t is not None and t > now]
                 if not upcoming:
                     break
-                now = min(upcoming)
+                clock.now = min(upcoming)
                 continue
-            sampled = scheduled.sampled_seqs
-            shape = StepShape.of(scheduled.chunks)
-            duration = self.cost.seconds(shape) + self.overheads.per_token_s * len(sampled)
-            end = now + duration
+            shape, seconds = executor.price(scheduled.chunks)
+            end = now + seconds
             if end > limit:
-                now = limit
+                clock.now = limit
                 break
-            scheduler.commit(scheduled, {seq.seq_id: FILLER_TOKEN for seq in sampled})
-            steps += 1
-            preemptions += len(scheduled.preempted)
+            outputs = core.execute(scheduled)
             running_sum += len(scheduled.seqs)
-            peak = max(peak, scheduler.blocks.num_used)
-            waiting_sum += len(scheduler.waiting)
-            kv_sum += scheduler.blocks.num_used / scheduler.blocks.num_blocks
             adapters_sum += shape.lora_adapters
-            for seq in sampled:
-                item = open_[seq.seq_id]
-                item.record.add_tokens(end + latency, 1)
-                if len(seq.output_token_ids) >= seq.request.params.max_tokens:
-                    scheduler.finish(seq)
-                    del open_[seq.seq_id]
-                    item.record.end_s = end + latency
-                    item.record.finish_reason = "length"
-                    done = end + 2 * latency  # the client's clock: the last answer arrived
-                    if item.stream is not None and done < self.seconds:
-                        send(done, item.stream)
-            now = end
+            answer(outputs, end)
             if on_step is not None:
                 on_step(end, scheduler, records)
         for item in open_.values():
@@ -221,15 +297,16 @@ class EngineSimulation:
                 records[index].outcome = CUT
         answered = [r.end_s for r in records if r.end_s is not None]
         last = min(max(answered, default=0.0), limit) if not open_ and not arrivals else limit
+        steps = figures.steps
         return SimResult(
             records=records,
             duration_s=max(last, self.seconds),
             steps=steps,
-            preemptions=preemptions,
+            preemptions=figures.preemptions,
             mean_running=running_sum / steps if steps else 0.0,
-            peak_kv_blocks=peak,
-            mean_waiting=waiting_sum / steps if steps else 0.0,
-            mean_kv_usage=kv_sum / steps if steps else 0.0,
+            peak_kv_blocks=figures.peak,
+            mean_waiting=figures.waiting_sum / steps if steps else 0.0,
+            mean_kv_usage=figures.kv_sum / steps if steps else 0.0,
             mean_adapters=adapters_sum / steps if steps else 0.0,
         )
 
