@@ -225,8 +225,8 @@ class EngineLoop:
         if limits is not None:
             self.core.set_step_limits(limits)
         for submission in submissions:
-            self.core.add_request(submission.request)
             self._clients[submission.request.request_id] = _Client(submission.on_output, submission.is_cancelled)
+            self.core.add_request(submission.request)
         if cancels:
             for request_id in [request_id for request_id in self._clients if request_id in cancels]:
                 self._deliver([self.core.abort(request_id)])
@@ -288,7 +288,10 @@ class EngineLoop:
             if output is None:
                 continue
             request_id = output.request_id
-            client = self._clients[request_id]
+            client = self._clients.get(request_id)
+            if client is None:  # never registered: nowhere to send it (a bug, logged rather than ending the loop)
+                log.error("an output for request %r, which has no callback", request_id)
+                continue
             if output.finished:
                 del self._clients[request_id]
                 self._running_polled_at.pop(request_id, None)

@@ -297,6 +297,23 @@ def test_launch_raises_what_the_executor_build_raised() -> None:
         EngineLoop.launch(broken, SchedulerConfig(), FakeTokenizer())
 
 
+def test_a_failure_while_taking_a_request_in_still_ends_it_and_the_others_with_one_error_output() -> None:
+    loop, _, recorder, _ = make_loop()
+
+    def refuse(seq) -> None:
+        raise RuntimeError("scheduler refused")
+
+    loop.submit(request("open", [1, 2], max_tokens=50), recorder.callback)
+    loop.run_one_step()
+    loop.scheduler.add = refuse  # type: ignore[method-assign]
+    recorder.expected = 2
+    loop.submit(request("refused", [3, 4], max_tokens=5), recorder.callback)
+    loop.start()  # its first step takes "refused" in, and the scheduler raises
+    assert recorder.done.wait(30)
+    loop.stop(timeout_s=30)
+    assert recorder.final("open").finish_reason == "error" and recorder.final("refused").finish_reason == "error"
+
+
 def test_the_loop_reproduces_the_engines_greedy_tokens_for_concurrent_requests() -> None:
     """The real engine on a tiny random Llama: concurrent requests, chunked prefills and
     preemptions on a tight KV cache give each request the tokens of transformers' greedy
