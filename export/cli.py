@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.errors import ExportError, ParityError
-from export.llm_export import LlmExportSettings, run_llm_export
-from export.llm_vllm_export import VllmExportSettings, run_vllm_export
+from export.llm.native_export import LlmExportSettings, run_llm_export
+from export.llm.vllm_export import VllmExportSettings, run_vllm_export
 from export.manifest import IMPLICIT_SETTINGS, MANIFEST_NAME, ExportManifest, file_digest, sources_digest, stale_reasons
 from export.precision import DEFAULT_INT8_METHOD, INT8_METHODS, PRECISIONS, PrecisionSpec
 from export.quality_gate import MIN_COSINE, MIN_NEIGHBOUR_OVERLAP, QualityGateError, QualityThresholds

@@ -25,13 +25,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.adapters import AdapterNames
-from gateway.admission import Admission
-from gateway.chat_prompt import ChatPrompts
-from gateway.completion_render import DONE, Completion, error_event
-from gateway.completions import CHAT, GenerationRequest, parse_chat, parse_completion
 from gateway.errors import AUTHENTICATION, INVALID_REQUEST, SERVER_ERROR, APIError, bad_request
-from gateway.llm_triton import Generation, Piece, TritonGenerator
+from gateway.llm.adapters import AdapterNames
+from gateway.llm.admission import Admission
+from gateway.llm.chat_prompt import ChatPrompts
+from gateway.llm.completion_render import DONE, Completion, error_event
+from gateway.llm.completions import CHAT, GenerationRequest, parse_chat, parse_completion
+from gateway.llm.triton import Generation, Piece, TritonGenerator
 from gateway.metrics import GatewayMetrics
 from gateway.schema import parse_json, parse_request, render_response
 from gateway.settings import LLM_PRIORITIES, PRIORITIES, PRIORITY_HEADER, GatewaySettings

@@ -33,7 +33,7 @@ from tools.triton_client import TritonClient
 log = logging.getLogger("loadtest")
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-LLM_LOCUSTFILE = Path(__file__).resolve().parent / "llm_locustfile.py"
+LLM_LOCUSTFILE = Path(__file__).resolve().parent / "llm" / "locustfile.py"
 # How long a distributed run's master waits for its worker processes before failing:
 # a worker that never reports ready must end the run with an error, not hang it.
 WORKERS_MAX_WAIT_S = 120

@@ -20,7 +20,7 @@ from loadtest.latency import SUCCESS_SUFFIX
 from tools.load.outcomes import CLIENT_TIMEOUT, REJECTED, TIMEOUT, classify
 
 TRAFFIC_CLASSES = ("interactive", "bulk")
-# The LLM users' request kinds (loadtest/llm_users.py), judged like traffic classes.
+# The LLM users' request kinds (loadtest/llm/users.py), judged like traffic classes.
 LLM_CLASSES = ("ttft", "itl", "e2e")
 # The LLM's SLO: the LLM benchmark's default objective (tools/bench/llm: TTFT 1 s, 100 ms per
 # token) and the one the Prometheus alerts compare with (monitoring/prometheus/rules); a test

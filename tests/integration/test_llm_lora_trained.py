@@ -54,7 +54,7 @@ def merged_model(base, folder):
 @pytest.fixture(scope="module")
 def reference_texts(trained, tokenizer) -> dict[tuple[str | None, str], str]:
     """transformers' greedy text per (adapter or None, question), one request at a time."""
-    from export.llm_source import default_gguf, load_gguf
+    from export.llm.source import default_gguf, load_gguf
 
     base = load_gguf(default_gguf()).model
     texts = {}

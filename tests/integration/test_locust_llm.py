@@ -83,5 +83,5 @@ def test_each_locustfile_offers_only_its_own_users() -> None:
         listed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
         return set(listed.split("Available Users:", 1)[1].split())
 
-    assert users("loadtest/llm_locustfile.py") == {"LlmStreamUser"}
+    assert users("loadtest/llm/locustfile.py") == {"LlmStreamUser"}
     assert "LlmStreamUser" not in users("loadtest/locustfile.py")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.admission import Admission
-from gateway.completion_render import DONE, Completion
-from gateway.completions import CHAT, COMPLETION, COMPLETIONS_DEFAULT_MAX_TOKENS, parse_chat, parse_completion
 from gateway.errors import APIError
-from gateway.llm_triton import error_from_message
+from gateway.llm.admission import Admission
+from gateway.llm.completion_render import DONE, Completion
+from gateway.llm.completions import CHAT, COMPLETION, COMPLETIONS_DEFAULT_MAX_TOKENS, parse_chat, parse_completion
+from gateway.llm.triton import error_from_message
 from gateway.settings import LLM_PRIORITIES, GatewaySettings
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]

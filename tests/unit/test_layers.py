@@ -1,6 +1,7 @@
 """The layer order of docs/architecture.md holds: import-linter's contracts (pyproject.toml) pass,
 and every package and module under tools/ has a place in the order (a new one cannot slip past it);
-the LLM's tooling sits in its concern's `llm/` package, placed with the concern."""
+the LLM's side of a concern, under tools/ and in the top-level packages beside it, sits in that
+concern's `llm/` package, placed with the concern."""
 
 from __future__ import annotations
 
@@ -49,18 +50,23 @@ def test_backends_and_llm_may_import_nothing_of_the_tools() -> None:
     assert {"tools", "gateway", "export"} <= forbidden["llm"]
 
 
-def llm_tooling_out_of_place(tools: Path) -> list[str]:
-    """What breaks docs/decisions/llm-tooling-layout.md under `tools`: a loose `llm_*.py` module, a
-    package named `llm...` other than `llm` itself, an `llm` folder that is no package."""
-    found = list(tools.rglob("llm_*.py"))
-    folders = [path for path in tools.rglob("llm*") if path.is_dir() and any(path.glob("*.py"))]  # a stale __pycache__ is no code
+# The packages that serve both models; `llm/` itself is the generative model's own package.
+BOTH_MODELS_PACKAGES = ("tools", "export", "gateway", "loadtest")
+
+
+def llm_tooling_out_of_place(package: Path) -> list[str]:
+    """What breaks docs/decisions/llm-tooling-layout.md under `package`: a loose `llm_*.py` module,
+    a package named `llm...` other than `llm` itself, an `llm` folder that is no package."""
+    found = list(package.rglob("llm_*.py"))
+    folders = [path for path in package.rglob("llm*") if path.is_dir() and any(path.glob("*.py"))]  # a stale __pycache__ is no code
     found += [path for path in folders if path.name != "llm" or not (path / "__init__.py").is_file()]
-    return sorted(str(path.relative_to(tools.parent)) for path in found)
+    return sorted(str(path.relative_to(package.parent)) for path in found)
 
 
-def test_the_llm_tooling_lives_in_a_concerns_llm_package() -> None:
-    misplaced = llm_tooling_out_of_place(REPO_ROOT / "tools")
-    assert not misplaced, f"the LLM side of a concern is tools/<concern>/llm/ (docs/decisions/llm-tooling-layout.md): {misplaced}"
+@pytest.mark.parametrize("package", BOTH_MODELS_PACKAGES)
+def test_the_llm_side_of_a_concern_lives_in_its_llm_package(package: str) -> None:
+    misplaced = llm_tooling_out_of_place(REPO_ROOT / package)
+    assert not misplaced, f"the LLM side of a concern is <concern>/llm/ (docs/decisions/llm-tooling-layout.md): {misplaced}"
 
 
 def test_the_layout_check_sees_each_other_shape(tmp_path: Path) -> None:
@@ -70,6 +76,13 @@ def test_the_layout_check_sees_each_other_shape(tmp_path: Path) -> None:
         (tools / module).parent.mkdir(parents=True, exist_ok=True)
         (tools / module).write_text("")
     assert llm_tooling_out_of_place(tools) == ["tools/llmtools", "tools/load/llm", "tools/observe/llm_rows.py"]
+
+
+def test_the_layout_check_sees_a_loose_llm_module_of_a_top_level_package(tmp_path: Path) -> None:
+    for module in ("export/llm/__init__.py", "export/llm/source.py", "export/llm_parity.py", "export/manifest.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text("")
+    assert llm_tooling_out_of_place(tmp_path / "export") == ["export/llm_parity.py"]
 
 
 def test_the_scheduler_and_serving_load_without_torch() -> None:

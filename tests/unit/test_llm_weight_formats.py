@@ -207,16 +207,16 @@ def test_an_export_from_before_the_per_format_gate_still_vouches_for_its_own_den
 
 
 def test_the_export_gates_every_format_and_records_a_failure_without_raising(hf_model, tmp_path, monkeypatch):
-    from export import llm_export
+    from export.llm import native_export
     from llm.engine import LlamaDims, save_checkpoint
     from llm.engine.checkpoint import fuse_hf_state_dict
 
     dims = LlamaDims.from_hf_config(hf_model.config)
     save_checkpoint(tmp_path, dims, fuse_hf_state_dict(hf_model.state_dict(), dims))
-    monkeypatch.setattr(llm_export, "NEW_TOKENS", 4)
-    monkeypatch.setattr(llm_export, "QUANTISED_MIN_AGREEMENT", 1.01)  # no quantised format can pass
+    monkeypatch.setattr(native_export, "NEW_TOKENS", 4)
+    monkeypatch.setattr(native_export, "QUANTISED_MIN_AGREEMENT", 1.01)  # no quantised format can pass
     prompts = [torch.randint(3, 97, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 12)]
-    figures = llm_export.gate_formats(tmp_path, hf_model, prompts, "float32")
+    figures = native_export.gate_formats(tmp_path, hf_model, prompts, "float32")
     assert list(figures) == ["dense-float32", *(name for name in GATED_FORMATS if name != "dense-float32")]
     assert figures["dense-float32"]["passed"] and figures["dense-float32"]["top1_agreement"] == 1.0
     assert not figures["int8"]["passed"] and not figures["int4"]["passed"]

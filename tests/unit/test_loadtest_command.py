@@ -31,7 +31,7 @@ def test_a_run_without_worker_processes_has_no_master_options(tmp_path) -> None:
 
 def test_the_llm_workload_runs_the_llm_locustfile_with_only_the_streaming_user(tmp_path) -> None:
     command = command_for("--workload", "llm", "--llm-max-tokens", "16", tmp_path=tmp_path)
-    assert value_after(command, "-f") == "loadtest/llm_locustfile.py"
+    assert value_after(command, "-f") == "loadtest/llm/locustfile.py"
     assert command[-1] == "LlmStreamUser" and not any(arg.endswith(("HttpUser", "GrpcUser")) for arg in command)
     assert value_after(command, "--llm-max-tokens") == "16"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from loadtest.llm_stream import locust_requests, token_times
+from loadtest.llm.stream import locust_requests, token_times
 from loadtest.verdict import ClassSLO, RowResult, judge
 
 

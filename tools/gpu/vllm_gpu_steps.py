@@ -9,7 +9,7 @@ unknown: each step imports only what it needs, so `env` works with nothing but P
 
 `knobs` and `parity` take the LLM's vLLM knobs as the vllm-gpu variant serves them
 (tools/repo/variant.py: configs/vllm.pbtxt with VLLM_ON_GPU), so the gate and the benchmark run
-the engine that NVIDIA's container runs. The parity gate is the export's (export/llm_vllm_export.py):
+the engine that NVIDIA's container runs. The parity gate is the export's (export/llm/vllm_export.py):
 vLLM's greedy tokens, every prompt at once, against transformers' float32 argmax after the same
 prefix, at the bfloat16 bar; here vLLM runs on CUDA and transformers on the CPU, both on the
 bfloat16 weights of the checkpoint, so the gate measures the GPU engine, not the export.
@@ -134,8 +134,8 @@ def run_parity(checkpoint: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from export.llm_export import MIN_AGREEMENT, NEW_TOKENS, chat_prompts
-    from export.llm_parity import judge_greedy_tokens
+    from export.llm.native_export import MIN_AGREEMENT, NEW_TOKENS, chat_prompts
+    from export.llm.parity import judge_greedy_tokens
     from llm.vllm_engine.greedy import greedy_tokens
 
     parameters = gpu_parameters()

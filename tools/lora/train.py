@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from export.llm_source import default_gguf, load_gguf
+from export.llm.source import default_gguf, load_gguf
 from llm.adapters import ADAPTER_LIST
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.contract import LLM_MODEL

@@ -19,7 +19,7 @@ import time
 from locust import User, task
 
 from loadtest.corpus import TextSampler, load_corpus
-from loadtest.llm_stream import locust_requests, token_times
+from loadtest.llm.stream import locust_requests, token_times
 
 _CORPUS = load_corpus()
 # One chat turn in the served model's chat template (SmolLM2's is ChatML): a raw prompt

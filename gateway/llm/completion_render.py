@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from gateway.completions import CHAT, GenerationRequest
 from gateway.errors import APIError
+from gateway.llm.completions import CHAT, GenerationRequest
 
 DONE = b"data: [DONE]\n\n"
 # The `llm` model's finish reasons that OpenAI also has; others (e.g. "abort") read as "stop".

@@ -74,7 +74,7 @@ def expected_manifest(gguf: Path, dtype: str) -> ExportManifest:
 
 
 def run_llm_export(settings: LlmExportSettings) -> None:
-    from export.llm_source import default_gguf
+    from export.llm.source import default_gguf
 
     model_dir = settings.repository / settings.model
     if not (model_dir / "config.pbtxt").is_file():
@@ -104,8 +104,8 @@ def export_checkpoint(gguf: Path, version_dir: Path, dtype: str) -> dict:
     import torch
 
     from export.errors import ParityError
-    from export.llm_prompts import parity_prompts
-    from export.llm_source import load_gguf
+    from export.llm.prompts import parity_prompts
+    from export.llm.source import load_gguf
     from llm.engine import LlamaDims, save_checkpoint
     from llm.engine.checkpoint import fuse_hf_state_dict
     from llm.tokenizer import LlmTokenizer
@@ -156,7 +156,7 @@ def gate_formats(folder: Path, hf_model, prompts: list[list[int]], checkpoint_dt
     otherwise: nothing is written); any other is recorded as failed, and the engine refuses it."""
     import torch
 
-    from export.llm_parity import check_llm_parity
+    from export.llm.parity import check_llm_parity
     from llm.contract import EngineConfig
     from llm.engine import LlamaExecutor, load_checkpoint
     from llm.engine.kv_cache import bytes_per_block
@@ -186,7 +186,7 @@ def gate_formats(folder: Path, hf_model, prompts: list[list[int]], checkpoint_dt
 
 def chat_prompts(tokenizer) -> list[list[int]]:
     """The gate's prompts as a user turn in the chat template, tokenized by transformers."""
-    from export.llm_prompts import parity_prompts
+    from export.llm.prompts import parity_prompts
 
     turns = [[{"role": "user", "content": text}] for text in parity_prompts()]
     return [list(tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True, return_dict=False)) for turn in turns]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.errors import ExportError, ParityError
-from export.llm_export import MIN_AGREEMENT, NEW_TOKENS, chat_prompts
+from export.llm.native_export import MIN_AGREEMENT, NEW_TOKENS, chat_prompts
 from export.manifest import MANIFEST_NAME, ExportManifest, file_digest, stale_reasons
 from llm.artifacts import HF_FOLDER
 from tools.paths import VLLM_PYTHON
@@ -53,7 +53,7 @@ def expected_manifest(gguf: Path, parameters: dict[str, str]) -> ExportManifest:
 
 
 def run_vllm_export(settings: VllmExportSettings) -> None:
-    from export.llm_source import default_gguf
+    from export.llm.source import default_gguf
     from llm.serving.knobs import parameters_from_pbtxt
 
     model_dir = settings.repository / settings.model
@@ -85,8 +85,8 @@ def export_hf_checkpoint(gguf: Path, hf_dir: Path, parameters: dict[str, str]) -
     import torch
     from transformers import AutoModelForCausalLM
 
-    from export.llm_parity import judge_greedy_tokens
-    from export.llm_source import load_gguf
+    from export.llm.parity import judge_greedy_tokens
+    from export.llm.source import load_gguf
 
     started = time.perf_counter()
     log.info("[1/3] loading %s through transformers (dequantising)", gguf.name)
