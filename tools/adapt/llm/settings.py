@@ -18,7 +18,7 @@ from tools.load.llm.workload import LengthRange
 
 
 @dataclass(frozen=True)
-class ControlSettings:
+class LlmControlSettings:
     """The control law's options, shared by `live` and `bench`."""
 
     slo: Slo
@@ -26,7 +26,7 @@ class ControlSettings:
     window_s: float  # seconds per observation window
 
     @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> ControlSettings:
+    def from_cli_args(cls, args: argparse.Namespace) -> LlmControlSettings:
         """ValueError names the option it refuses."""
         if not 0 < args.window < math.inf:
             raise ValueError(f"--window must be a number of seconds above 0, got {args.window:g}")
@@ -59,11 +59,11 @@ class LiveSettings:
     key_file: Path | None  # None: $LLM_CONTROL_KEY
     duration_s: float | None  # None (or 0): until Ctrl-C
     dry_run: bool
-    control: ControlSettings
+    control: LlmControlSettings
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> LiveSettings:
-        return cls(args.grpc_url, args.metrics_url, args.key_file, args.duration, args.dry_run, ControlSettings.from_cli_args(args))
+        return cls(args.grpc_url, args.metrics_url, args.key_file, args.duration, args.dry_run, LlmControlSettings.from_cli_args(args))
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class BenchSettings:
     seed: int
     budgets: list[int]  # the static settings' budgets
     json: Path | None
-    control: ControlSettings
+    control: LlmControlSettings
     command_line: dict  # every option as given, recorded in the JSON report
 
     @classmethod
@@ -103,6 +103,6 @@ class BenchSettings:
             args.seed,
             args.budgets,
             args.json,
-            ControlSettings.from_cli_args(args),
+            LlmControlSettings.from_cli_args(args),
             command_line,
         )
