@@ -110,19 +110,25 @@ def llm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def vllm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    """One real Triton serving only the LLM on vLLM's engine (`--model-config-name=vllm`, as
-    `make serve LLM_ENGINE=vllm`), explicit model control; shared by tests/integration/test_llm_vllm*.py.
-    vLLM compiles the model at its first start (about a minute on 2 cores), hence the wait."""
-    server = start_triton(
-        tmp_path_factory.mktemp("vllm-triton") / "triton.log",
+def start_vllm_triton(log_path: Path, **overrides) -> LocalTriton:
+    """Triton serving only `llm` on vLLM's engine (`--model-config-name=vllm`, as `make serve
+    LLM_ENGINE=vllm`), explicit model control. vLLM compiles the model at its first start (about
+    a minute on 2 cores), hence the wait."""
+    return start_triton(
+        log_path,
         with_llm=True,
         model_control_mode="explicit",
         load_models=(LLM_MODEL,),
         model_config_name="vllm",
         ready_timeout_s=900,
+        **overrides,
     )
+
+
+@pytest.fixture(scope="session")
+def vllm_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """One real Triton serving only the LLM on vLLM's engine, shared by tests/integration/test_llm_vllm*.py."""
+    server = start_vllm_triton(tmp_path_factory.mktemp("vllm-triton") / "triton.log")
     try:
         yield server
     finally:

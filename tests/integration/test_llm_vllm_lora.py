@@ -12,7 +12,7 @@ import pytest
 
 from llm.adapters import ADAPTER_LIST, read_adapter_list
 from llm.tokenizer import LlmTokenizer
-from tests.conftest import start_triton
+from tests.conftest import start_vllm_triton
 from tests.integration.llm_streams import generate
 from tools.contract import LLM_MODEL
 from tools.lora.repository import repository_with_adapters
@@ -37,15 +37,7 @@ def vllm_lora_server(tmp_path_factory):
     (broken / "adapter_config.json").write_text('{"r": "eight"}')
     adapters = {**{name: listed[name] for name in STYLES}, "broken": broken}
     repository = repository_with_adapters(root, adapters, vllm_parameters={"enable_lora": "true"})
-    server = start_triton(
-        root / "triton.log",
-        with_llm=True,
-        model_repository=repository,
-        model_control_mode="explicit",
-        load_models=(LLM_MODEL,),
-        model_config_name="vllm",
-        ready_timeout_s=900,
-    )
+    server = start_vllm_triton(root / "triton.log", model_repository=repository)
     try:
         yield server
     finally:
