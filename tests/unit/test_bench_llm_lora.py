@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tools.bench.llm.lora import Variant, adapter_shares, variants, with_adapters
-from tools.bench.llm.lora_report import comparison_table
+from tools.bench.llm.lora_report import comparison_table, engines_table
 from tools.load.llm.workload import LlmRequest
 
 
@@ -52,3 +52,42 @@ def test_the_comparison_puts_each_mix_beside_one_per_step_and_the_base() -> None
     levels = [level("base", 0, "", 100.0), level("mixed", 16, "zipf", 85.0), level("one adapter per step", 16, "zipf", 30.0)]
     (row,) = comparison_table(levels)[2:]
     assert row == "| 16 | 16 | zipf | 85.0 | 30.0 | 100.0 | 0.85x | 2.83x | 0.850, 0.300, 1.000 |"
+
+
+def test_vllm_is_measured_mixed_and_base_with_lora_on_after_ours() -> None:
+    chosen = variants([4], ["uniform"], ["native", "vllm"])
+    assert [v.name for v in chosen] == [
+        "base",
+        "mixed, 4 adapters, uniform",
+        "one adapter per step, 4 adapters, uniform",
+        "vLLM base",
+        "vLLM mixed, 4 adapters, uniform",
+    ]
+    assert [v.max_loras for v in chosen[3:]] == [1, 4]
+
+
+def test_the_report_sets_each_engine_apart_and_ours_beside_vllms() -> None:
+    def level(way: str, adapters: int, tok: float, engine: str) -> dict:
+        popularity = "" if way == "base" else "uniform"
+        return {
+            "way": way,
+            "load": 16,
+            "adapters": adapters,
+            "popularity": popularity,
+            "output_tokens_per_s": tok,
+            "goodput_rps": 0.5,
+            "engine": engine,
+        }
+
+    levels = [
+        {k: v for k, v in level("base", 0, 100.0, "native").items() if k != "engine"},  # a report from before engines
+        level("mixed", 4, 90.0, "native"),
+        level("base", 0, 50.0, "vllm"),
+        level("mixed", 4, 30.0, "vllm"),
+    ]
+    (ours,) = comparison_table(levels)[2:]
+    (theirs,) = comparison_table(levels, "vllm")[2:]
+    assert ours.startswith("| 16 | 4 | uniform | 90.0 | - | 100.0 | 0.90x | - |")
+    assert theirs.startswith("| 16 | 4 | uniform | 30.0 | - | 50.0 | 0.60x | - |")
+    rows = engines_table(levels)[2:]
+    assert rows == ["| 16 | base | 100.0 | 50.0 | 2.00x |", "| 16 | mixed, 4 adapters, uniform | 90.0 | 30.0 | 3.00x |"]

@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +32,7 @@ import numpy as np
 from llm.artifacts import CONFIG_FILE
 from llm.engine.checkpoint import LlamaDims
 from tools.bench.llm.levels import Plan, level_entry, load_tokenizer, measure_target
-from tools.bench.llm.lora_report import BASE, MIXED, ONE_PER_STEP, write_report
+from tools.bench.llm.lora_report import BASE, MIXED, NATIVE, ONE_PER_STEP, VLLM, write_report
 from tools.bench.llm.targets import apply_mode, parse_knob_overrides
 from tools.cli.arguments import number_list
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
@@ -43,6 +44,7 @@ from tools.lora.random_adapters import PEFT_DEFAULT_MODULES, parse_modules, writ
 from tools.lora.repository import repository_with_adapters
 from tools.machine import cpu_description
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, REPO_ROOT
+from tools.repo.model_config import load_config
 
 log = logging.getLogger("tools.bench.llm.lora")
 
@@ -59,25 +61,30 @@ class Variant:
     way: str  # BASE, MIXED or ONE_PER_STEP
     adapters: int  # how many adapters the load asks for (0: base)
     popularity: str  # uniform | zipf ("" for base)
+    engine: str = NATIVE  # NATIVE (ours) or VLLM (vLLM's engine in Triton, enable_lora)
 
     @property
     def name(self) -> str:
-        return BASE if self.way == BASE else f"{self.way}, {self.adapters} adapters, {self.popularity}"
+        served = BASE if self.way == BASE else f"{self.way}, {self.adapters} adapters, {self.popularity}"
+        return served if self.engine == NATIVE else f"vLLM {served}"
 
     @property
     def max_loras(self) -> int:
         return 1 if self.way == ONE_PER_STEP else max(self.adapters, 1)
 
 
-def variants(adapter_counts: Sequence[int], popularity: Sequence[str]) -> list[Variant]:
-    """Base once; per count and popularity, mixed and one per step (one adapter: one way, and
-    its popularity cannot matter)."""
-    chosen = [Variant(BASE, 0, "")]
-    for count in adapter_counts:
-        for mix in popularity[:1] if count == 1 else popularity:
-            chosen.append(Variant(MIXED, count, mix))
-            if count > 1:
-                chosen.append(Variant(ONE_PER_STEP, count, mix))
+def variants(adapter_counts: Sequence[int], popularity: Sequence[str], engines: Sequence[str] = (NATIVE,)) -> list[Variant]:
+    """Per engine, base once; per count and popularity, mixed and (ours) one per step (one
+    adapter: one way, and its popularity cannot matter). vLLM's engine is measured mixed and
+    base, its LoRA on (enable_lora) for both."""
+    chosen = []
+    for engine in engines:
+        chosen.append(Variant(BASE, 0, "", engine))
+        for count in adapter_counts:
+            for mix in popularity[:1] if count == 1 else popularity:
+                chosen.append(Variant(MIXED, count, mix, engine))
+                if count > 1 and engine == NATIVE:
+                    chosen.append(Variant(ONE_PER_STEP, count, mix))
     return chosen
 
 
@@ -99,6 +106,9 @@ def with_adapters(requests: Sequence[LlmRequest], variant: Variant, names: Seque
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.llm.lora", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--engines", default=NATIVE, help=f"{NATIVE} (ours), {VLLM} (vLLM's engine in Triton, enable_lora) or both (default {NATIVE})"
+    )
     parser.add_argument("--quick", action="store_true", help="16 adapters, uniform, 16 streams, 20 s levels (~6 min)")
     parser.add_argument("--adapters", default=None, help="adapter counts (default 1,4,16; quick 16)")
     parser.add_argument("--popularity", default=None, help="uniform, zipf or both (default both; quick uniform)")
@@ -130,6 +140,7 @@ class LoraBenchSettings:
     plan: Plan
     counts: tuple[int, ...]  # how many adapters each mix asks for
     mixes: tuple[str, ...]  # popularity: uniform and/or zipf
+    engines: tuple[str, ...]  # NATIVE and/or VLLM
     target_modules: tuple[str, ...]
     prompt_lengths: LengthRange
     output_lengths: LengthRange
@@ -153,8 +164,11 @@ class LoraBenchSettings:
             raise ValueError(f"--popularity: unknown {unknown[0]!r}; choose from {', '.join(POPULARITY)}")
         if any(count < 1 for count in counts):
             raise ValueError("--adapters: counts are at least 1")
+        engines = tuple(part.strip() for part in args.engines.split(",") if part.strip())
+        if unknown := sorted(set(engines) - {NATIVE, VLLM}) or not engines:
+            raise ValueError(f"--engines: unknown {unknown[0] if unknown else args.engines!r}; choose from {NATIVE}, {VLLM}")
         return cls(
-            plan, counts, mixes, args.target_modules, args.prompt_lengths, args.output_lengths, args.requests, args.seed, args.slo,
+            plan, counts, mixes, engines, args.target_modules, args.prompt_lengths, args.output_lengths, args.requests, args.seed, args.slo,
             args.overrides, args.tokenizer, args.quick,
         )  # fmt: skip
 
@@ -169,7 +183,7 @@ def run_bench(settings: LoraBenchSettings) -> dict:
     mean_prompt, mean_output = mean_lengths(requests)
     dims = LlamaDims.from_json((checkpoint / CONFIG_FILE).read_text())
     names = [f"random-{index}" for index in range(max(counts))]
-    chosen = variants(counts, mixes)
+    chosen = variants(counts, mixes, settings.engines)
     log.info("%d ways of serving, %d levels each: %s", len(chosen), len(plan.concurrency), "; ".join(v.name for v in chosen))
     levels = []
     with tempfile.TemporaryDirectory(prefix="bench-lora-", dir=BUILD_DIR if BUILD_DIR.is_dir() else None) as work:
@@ -186,6 +200,7 @@ def run_bench(settings: LoraBenchSettings) -> dict:
         "load_average": round(os.getloadavg()[0], 2),
         "workload": {"description": workload.describe(), "mean_prompt_tokens": mean_prompt, "mean_output_tokens": mean_output},
         "adapters": {"rank": RANK, "counts": list(counts), "popularity": list(mixes), "target_modules": list(settings.target_modules)},
+        "engines": list(settings.engines),
         "slo": settings.slo.describe(),
         "settings": {**dataclasses.asdict(plan), "overrides": settings.overrides, "quick": settings.quick},
         "variants": [dataclasses.asdict(v) | {"name": v.name, "max_loras": v.max_loras} for v in chosen],
@@ -216,14 +231,32 @@ async def measure_all(
     levels = []
     with LocalTriton(options, log_path=root / "triton.log").start() as server:
         for variant in chosen:
-            overrides = {**settings.overrides, "max_loras": str(variant.max_loras)}
-            apply_mode(server.client, "iteration", LLM_MODEL, overrides)
+            if variant.engine == NATIVE:
+                overrides = {**settings.overrides, "max_loras": str(variant.max_loras)}
+                apply_mode(server.client, "iteration", LLM_MODEL, overrides)
+            else:
+                serve_on_vllm(server.client, repository, variant.max_loras)
             asked = with_adapters(requests, variant, names, settings.seed)
             runs = await measure_target(TritonStreamClient(options.grpc_url, LLM_MODEL), asked, settings.plan, settings.seed)
             for schedule, records, duration_s, late, load in runs:
                 entry = level_entry(variant.name, schedule, records, duration_s, late, load, settings.slo)
-                levels.append({**entry, "way": variant.way, "adapters": variant.adapters, "popularity": variant.popularity})
+                levels.append(
+                    {**entry, "way": variant.way, "adapters": variant.adapters, "popularity": variant.popularity, "engine": variant.engine}
+                )
     return levels
+
+
+def serve_on_vllm(client, repository: Path, max_loras: int) -> None:
+    """`llm` on vLLM's engine (the repository's configs/vllm.pbtxt, environment pinned) with
+    LoRA on and `max_loras` adapters per step; a reload unless it runs so already."""
+    config = load_config(repository / LLM_MODEL / "configs" / "vllm.pbtxt")
+    config.parameters["enable_lora"].string_value = "true"
+    config.parameters["max_loras"].string_value = str(max_loras)
+    if client.model_ready(LLM_MODEL) and client.config(LLM_MODEL).parameters == config.parameters:
+        return
+    started = time.monotonic()
+    client.reload(LLM_MODEL, config)
+    log.info("%s reloaded on vLLM (enable_lora, max_loras %d) in %.1f s", LLM_MODEL, max_loras, time.monotonic() - started)
 
 
 def run(argv: list[str] | None = None) -> int:

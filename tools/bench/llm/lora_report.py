@@ -9,8 +9,10 @@ from pathlib import Path
 
 from tools.bench.llm.report import COLUMNS, _cell, _ratio
 from tools.machine import cpu_summary
+from tools.serve.llm.engine import LLM_ENGINES
 
 BASE, MIXED, ONE_PER_STEP = "base", "mixed", "one adapter per step"
+NATIVE, VLLM = LLM_ENGINES  # ours, and vLLM's engine inside Triton
 
 
 def level_table(levels: list[dict]) -> list[str]:
@@ -22,12 +24,19 @@ def level_table(levels: list[dict]) -> list[str]:
     return lines
 
 
-def comparison_table(levels: list[dict]) -> list[str]:
-    """Per streams, adapter count and popularity: the three ways' output tokens/s and goodput."""
+def engine_of(level: dict) -> str:
+    return level.get("engine", NATIVE)  # reports from before vLLM was measured: ours
 
-    def find(way: str, load: int, adapters: int = 0, popularity: str = "") -> dict | None:
-        wanted = (way, load, adapters, popularity)
-        return next((lv for lv in levels if (lv["way"], lv["load"], lv["adapters"], lv["popularity"]) == wanted), None)
+
+def find(levels: list[dict], way: str, load: int, adapters: int = 0, popularity: str = "", engine: str = NATIVE) -> dict | None:
+    wanted = (way, load, adapters, popularity, engine)
+    return next((lv for lv in levels if (lv["way"], lv["load"], lv["adapters"], lv["popularity"], engine_of(lv)) == wanted), None)
+
+
+def comparison_table(levels: list[dict], engine: str = NATIVE) -> list[str]:
+    """Per streams, adapter count and popularity: the three ways' output tokens/s and goodput
+    on one engine (vLLM's has no one-per-step row)."""
+    levels = [lv for lv in levels if engine_of(lv) == engine]
 
     lines = [
         "| streams | adapters | popularity | mixed tok/s | one per step tok/s | base tok/s | mixed / base | mixed / one per step "
@@ -36,13 +45,25 @@ def comparison_table(levels: list[dict]) -> list[str]:
     ]
     for level in sorted((lv for lv in levels if lv["way"] == MIXED), key=lambda lv: (lv["load"], lv["adapters"], lv["popularity"])):
         load, adapters, popularity = level["load"], level["adapters"], level["popularity"]
-        single = find(ONE_PER_STEP, load, adapters, popularity) if adapters > 1 else level
-        base = find(BASE, load)
+        single = find(levels, ONE_PER_STEP, load, adapters, popularity) if adapters > 1 else level
+        base = find(levels, BASE, load, engine=engine)
         tok = [lv["output_tokens_per_s"] if lv else None for lv in (level, single, base)]
         good = ", ".join("-" if lv is None else f"{lv['goodput_rps']:.3f}" for lv in (level, single, base))
         cells = [str(load), str(adapters), popularity, *("-" if t is None else f"{t:.1f}" for t in tok)]
         cells += [_ratio(tok[0], tok[2]), _ratio(tok[0], tok[1]), good]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def engines_table(levels: list[dict]) -> list[str]:
+    """Our engine against vLLM's on the same load: output tokens/s of each way both measured."""
+    lines = ["| streams | served as | ours tok/s | vLLM tok/s | ours / vLLM |", "|---|---|---|---|---|"]
+    for level in sorted((lv for lv in levels if engine_of(lv) == VLLM), key=lambda lv: (lv["load"], lv["adapters"], lv["popularity"])):
+        ours = find(levels, level["way"], level["load"], level["adapters"], level["popularity"])
+        served = BASE if level["way"] == BASE else f"{level['way']}, {level['adapters']} adapters, {level['popularity']}"
+        mine = None if ours is None else ours["output_tokens_per_s"]
+        cells = [str(level["load"]), served, "-" if mine is None else f"{mine:.1f}", f"{level['output_tokens_per_s']:.1f}"]
+        lines.append("| " + " | ".join([*cells, _ratio(mine, level["output_tokens_per_s"])]) + " |")
     return lines
 
 
@@ -68,6 +89,19 @@ def markdown(report: dict) -> str:
         "",
         *comparison_table(report["levels"]),
         "",
+    ]
+    if VLLM in report.get("engines", ()):
+        lines += [
+            "## vLLM's engine in Triton (enable_lora, max_loras = the adapters; its base with LoRA on too)",
+            "",
+            *comparison_table(report["levels"], VLLM),
+            "",
+            "## Our engine against vLLM's",
+            "",
+            *engines_table(report["levels"]),
+            "",
+        ]
+    lines += [
         "## Every level",
         "",
         *level_table(report["levels"]),
