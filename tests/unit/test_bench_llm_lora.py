@@ -38,17 +38,20 @@ def test_zipf_gives_the_first_adapter_the_largest_share_and_both_ways_get_the_sa
     assert all(r.lora_name is None for r in with_adapters(requests, Variant("base", 0, ""), names, seed=1))
 
 
-def test_the_comparison_puts_each_mix_beside_one_per_step_and_the_base() -> None:
-    def level(way: str, adapters: int, popularity: str, tok: float) -> dict:
-        return {
-            "way": way,
-            "load": 16,
-            "adapters": adapters,
-            "popularity": popularity,
-            "output_tokens_per_s": tok,
-            "goodput_rps": tok / 100,
-        }
+def level(way: str, adapters: int, popularity: str, tok: float, **more) -> dict:
+    """One level of a report, at 16 streams."""
+    return {
+        "way": way,
+        "load": 16,
+        "adapters": adapters,
+        "popularity": popularity,
+        "output_tokens_per_s": tok,
+        "goodput_rps": tok / 100,
+        **more,
+    }
 
+
+def test_the_comparison_puts_each_mix_beside_one_per_step_and_the_base() -> None:
     levels = [level("base", 0, "", 100.0), level("mixed", 16, "zipf", 85.0), level("one adapter per step", 16, "zipf", 30.0)]
     (row,) = comparison_table(levels)[2:]
     assert row == "| 16 | 16 | zipf | 85.0 | 30.0 | 100.0 | 0.85x | 2.83x | 0.850, 0.300, 1.000 |"
@@ -67,23 +70,11 @@ def test_vllm_is_measured_mixed_and_base_with_lora_on_after_ours() -> None:
 
 
 def test_the_report_sets_each_engine_apart_and_ours_beside_vllms() -> None:
-    def level(way: str, adapters: int, tok: float, engine: str) -> dict:
-        popularity = "" if way == "base" else "uniform"
-        return {
-            "way": way,
-            "load": 16,
-            "adapters": adapters,
-            "popularity": popularity,
-            "output_tokens_per_s": tok,
-            "goodput_rps": 0.5,
-            "engine": engine,
-        }
-
     levels = [
-        {k: v for k, v in level("base", 0, 100.0, "native").items() if k != "engine"},  # a report from before engines
-        level("mixed", 4, 90.0, "native"),
-        level("base", 0, 50.0, "vllm"),
-        level("mixed", 4, 30.0, "vllm"),
+        level("base", 0, "", 100.0),  # a report from before engines were named: ours
+        level("mixed", 4, "uniform", 90.0, engine="native"),
+        level("base", 0, "", 50.0, engine="vllm"),
+        level("mixed", 4, "uniform", 30.0, engine="vllm"),
     ]
     (ours,) = comparison_table(levels)[2:]
     (theirs,) = comparison_table(levels, "vllm")[2:]
