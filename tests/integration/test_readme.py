@@ -115,5 +115,9 @@ def test_serve_with_the_vllm_engine_answers_the_readmes_llm_examples_from_vllm()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
+        if process.poll() is None:  # a failed check: stop it as Ctrl-C would, so Triton and the gateway go too
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
