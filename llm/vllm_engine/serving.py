@@ -192,7 +192,7 @@ class VllmServing:
             sampling = SamplingParams(**sampling_kwargs(request.parsed.params), output_kind=RequestOutputKind.DELTA)
             # token ids we counted and checked, rendered as vLLM's own server does (no second tokenization)
             (prompt,) = self.engine.renderer.render_cmpl([TokensPrompt(prompt_token_ids=prompt_ids)])
-            adapter = self.adapters.get(request.parsed.params.lora_name) if request.parsed.params.lora_name else None
+            adapter = self.adapters.get(request.parsed.params.lora_name)  # None: the base model
             async for output in self.engine.generate(
                 prompt, sampling, request.request_id, lora_request=adapter, priority=request.parsed.params.priority
             ):

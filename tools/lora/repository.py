@@ -30,8 +30,9 @@ def repository_with_adapters(
     for name, path in custom_configs(model).items():
         config = load_config(path)
         pin_environment(config, model)
-        for key, value in (vllm_parameters or {}).items() if name == CONFIG_NAMES["vllm"] else ():
-            config.parameters[key].string_value = value
+        if name == CONFIG_NAMES["vllm"]:
+            for key, value in (vllm_parameters or {}).items():
+                config.parameters[key].string_value = value
         (version.parent / "configs").mkdir(exist_ok=True)
         save_config(config, version.parent / "configs" / path.name)
     for item in (model / "1").iterdir():
