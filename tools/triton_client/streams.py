@@ -11,9 +11,16 @@ request the client gives up on before its final response.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
-STREAM_END_TIMEOUT_S = 5.0  # how long a server may take to end a stream whose answer is complete
+log = logging.getLogger(__name__)
+
+# How long a server may take to end a stream whose answer is complete. It takes milliseconds on a
+# quiet machine; the limit is generous because giving up means a cancel, the very call that can
+# leak the stream and leave its model unable to unload (a busy 2-core machine once left an unload
+# stuck after the 5 s this limit used to be).
+STREAM_END_TIMEOUT_S = 30.0
 
 
 class ResponseStream(Protocol):
@@ -33,7 +40,13 @@ async def end_after_final(responses: ResponseStream, timeout_s: float = STREAM_E
         async with asyncio.timeout(timeout_s):
             async for _ in responses:
                 pass
-    except Exception:  # the timeout, or the stream failing after its answer: nothing left to read
+    except Exception as exc:  # the timeout, or the stream failing after its answer: nothing left to read
+        log.warning(
+            "cancelling a stream the server did not end within %.0f s of its final response (%s); in Triton 2.51 "
+            "this can leave its model unable to unload (docs/llm.md, Known issues)",
+            timeout_s,
+            type(exc).__name__,
+        )
         responses.cancel()
         return False
     return True
