@@ -134,6 +134,14 @@ def test_the_report_is_written_as_json_markdown_and_a_png(tmp_path: Path) -> Non
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_run_where_no_request_was_answered_still_gets_its_plot(tmp_path: Path) -> None:
+    empty = report()
+    for one in empty["levels"]:
+        one["ttft_p99_ms"] = None  # no TTFT sample anywhere: a log axis would have nothing to scale
+    paths = write_report(empty, tmp_path / "bench-llm")
+    assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_quick_is_a_shorter_plan_and_explicit_levels_override_it() -> None:
     assert plan_of(build_parser().parse_args([])) == FULL
     quick = plan_of(build_parser().parse_args(["--quick"]))

@@ -165,6 +165,7 @@ def plot(report: dict, path: Path) -> None:
     slo_ms = report["slo_ttft_s"] * 1000.0
     for row, kind in enumerate(kinds):
         xlabel = "concurrent streams" if kind == "closed" else "offered load, Poisson (req/s)"
+        any_ttft = False
         for target in dict.fromkeys(lv["target"] for lv in report["levels"]):
             points = sorted((lv["load"], lv) for lv in report["levels"] if lv["target"] == target and lv["kind"] == kind)
             if not points:
@@ -173,10 +174,13 @@ def plot(report: dict, path: Path) -> None:
             axes[row][0].plot(x, [lv["goodput_rps"] for _, lv in points], marker="o", label=target)
             ttft = [(load, lv["ttft_p99_ms"]) for load, lv in points if lv["ttft_p99_ms"] is not None]
             axes[row][1].plot([p[0] for p in ttft], [p[1] for p in ttft], marker="o", label=target)
+            any_ttft = any_ttft or bool(ttft)
         axes[row][0].set(xlabel=xlabel, ylabel="goodput (req/s meeting the SLO)", title=f"goodput, {kind}")
-        axes[row][1].set(xlabel=xlabel, ylabel="TTFT p99 (ms)", title=f"TTFT p99, {kind}", yscale="log")
+        axes[row][1].set(xlabel=xlabel, ylabel="TTFT p99 (ms)", title=f"TTFT p99, {kind}", yscale="log" if any_ttft else "linear")
         axes[row][1].axhline(slo_ms, color="grey", linestyle="--", linewidth=1, label="SLO")
-        for axis in axes[row]:
+        if not any_ttft:
+            axes[row][1].text(0.5, 0.5, "no request answered", ha="center", transform=axes[row][1].transAxes)
+        for axis in axes[row] if any_ttft else axes[row][:1]:  # a log axis needs a point on it
             axis.grid(True, alpha=0.3)
             axis.legend(fontsize=8)
             if kind == "closed":
