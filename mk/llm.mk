@@ -9,6 +9,7 @@
 #   LLAMA_CPP_CPU_FLAGS="-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON"
 LLAMA_CPP_VERSION ?= 11434.0.0
 LLAMA_CPP_JOBS ?= 2
+LLAMA_CPP_NICE ?= 10  # the compile yields to whatever else runs; 0 to build at full share
 LLAMA_CPP_CPU_FLAGS ?= -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 	-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
 	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
@@ -37,7 +38,7 @@ $(LLAMA_SERVER): $(LLAMA_CPP_SDIST)
 		-DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
 		-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
 		-DGGML_NATIVE=OFF $(LLAMA_CPP_CPU_FLAGS)
-	time nice -n 10 cmake --build $(LLAMA_CPP_DIR)/cmake --target llama-server -j $(LLAMA_CPP_JOBS)
+	time nice -n $(LLAMA_CPP_NICE) cmake --build $(LLAMA_CPP_DIR)/cmake --target llama-server -j $(LLAMA_CPP_JOBS)
 	cp $(LLAMA_CPP_DIR)/cmake/bin/llama-server $@
 
 bench-llm: export ## our engine's 3 modes, vLLM in Triton, vLLM's server (and llama-server once built) under one seeded load, reports/bench-llm/ (BENCH_LLM_ARGS=--quick)
