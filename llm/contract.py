@@ -179,4 +179,7 @@ class EngineConfig:
     kv_cache_bytes: int = 2**30  # KV memory budget, preallocated as blocks (1 GiB)
     max_model_len: int = 8192  # context window (SmolLM2: 8,192)
     num_threads: int = 0  # torch intra-op threads; 0: torch's default
+    # drop to one thread while it steps faster (a busy machine) and come back (llm.engine.threads); float32
+    # products may then round differently, so a request's tokens can depend on the machine's load
+    adaptive_threads: bool = False
     max_lora_rank: int = 16  # the largest LoRA rank an adapter may have (vLLM's max_lora_rank); the slots are this wide

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -18,6 +20,9 @@ from llm.engine.lora import LoraSlots, read_adapters
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
 from llm.engine.step_plan import build_plan, check_chunk
+from llm.engine.threads import ThreadGovernor
+
+log = logging.getLogger(__name__)
 
 
 class LlamaExecutor:
@@ -30,6 +35,8 @@ class LlamaExecutor:
             raise ValueError(f"dtype {config.dtype!r} is not one of {sorted(DTYPES)}")
         if config.num_threads > 0:
             torch.set_num_threads(config.num_threads)
+        # the steps' thread count, when it adapts to the machine's load (None: fixed)
+        self.thread_governor = ThreadGovernor(torch.get_num_threads(), self._set_threads) if config.adaptive_threads else None
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
         attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype)
@@ -96,6 +103,21 @@ class LlamaExecutor:
 
     def execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
         """Logits [chunks with sample=True, vocabulary] float32, in chunk order."""
+        if self.thread_governor is None:
+            return self._execute(chunks)
+        tokens = sum(len(chunk.token_ids) for chunk in chunks)
+        self.thread_governor.before_step(tokens)
+        started = time.perf_counter()
+        logits = self._execute(chunks)
+        self.thread_governor.after_step(tokens, time.perf_counter() - started)
+        return logits
+
+    @staticmethod
+    def _set_threads(count: int) -> None:
+        torch.set_num_threads(count)
+        log.debug("steps now run on %d intra-op thread(s)", count)
+
+    def _execute(self, chunks: Sequence[ScheduledChunk]) -> torch.Tensor:
         if self.compiled_decode is not None and is_decode_only(chunks) and all(chunk.adapter_slot < 0 for chunk in chunks):
             for chunk in chunks:
                 check_chunk(chunk, self.block_size, self.num_blocks, self.max_model_len)
