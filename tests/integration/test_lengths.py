@@ -137,16 +137,18 @@ def test_a_short_request_is_answered_before_a_long_one_of_the_same_execution_end
         before = policy_server.counts()
         done: dict[str, float] = {}
 
-        def send(name: str, length: int, done: dict = done) -> None:
+        def send(name: str, rows: int, length: int, done: dict = done) -> None:
             client = grpcclient.InferenceServerClient(url)
-            ids = rng.integers(1000, 30_000, size=(1, length))
+            ids = rng.integers(1000, 30_000, size=(rows, length))
             client.infer("encoder", token_tensors(grpcclient, ids))
             done[name] = time.perf_counter()
             client.close()
 
+        # the long request's sub-run takes hundreds of milliseconds, so a client thread that a busy
+        # machine wakes late cannot reverse the order its answer left the server in
         with ThreadPoolExecutor(max_workers=2) as pool:
-            pool.submit(send, "long", 256)
-            pool.submit(send, "short", 8)
+            pool.submit(send, "long", 16, 384)
+            pool.submit(send, "short", 1, 8)
         delta = policy_server.counts() - before
         if delta.ragged_executions == 1 and delta.runs == 2:
             assert done["short"] < done["long"]
