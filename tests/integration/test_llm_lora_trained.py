@@ -58,13 +58,20 @@ def reference_texts(trained, tokenizer) -> dict[tuple[str | None, str], str]:
 
     base = load_gguf(default_gguf()).model
     texts = {}
-    for adapter in (None, *trained):
-        model = base if adapter is None else merged_model(base, trained[adapter])
-        for question in QUESTIONS:
-            ids = torch.tensor([tokenizer.encode(chat_text(tokenizer, question))])
-            with torch.no_grad():
-                out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=ANSWER_TOKENS, do_sample=False)
-            texts[adapter, question] = tokenizer.decode(out[0, ids.shape[1] :].tolist())
+    threads = torch.get_num_threads()
+    # one thread: beside another CPU-heavy process, two OpenMP threads wait on each other for a
+    # scheduler slice per operator, and these 8 generations outlasted the 300 s test limit
+    torch.set_num_threads(1)
+    try:
+        for adapter in (None, *trained):
+            model = base if adapter is None else merged_model(base, trained[adapter])
+            for question in QUESTIONS:
+                ids = torch.tensor([tokenizer.encode(chat_text(tokenizer, question))])
+                with torch.no_grad():
+                    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=ANSWER_TOKENS, do_sample=False)
+                texts[adapter, question] = tokenizer.decode(out[0, ids.shape[1] :].tolist())
+    finally:
+        torch.set_num_threads(threads)
     return texts
 
 
