@@ -45,7 +45,7 @@ class ThreadGovernor:
     set_threads: Callable[[int], None]
     clock: Callable[[], float] = time.monotonic
     current: int = field(init=False)
-    switches: int = field(init=False, default=0)  # how often the count changed for good, for the step stats
+    switches: int = field(init=False, default=0)  # how often the count changed for good (each one logged)
     _applied: int = field(init=False)
     _times: dict[int, float] = field(init=False, default_factory=dict)  # size class -> the current count's seconds
     _try_left: int = field(init=False, default=0)
