@@ -17,9 +17,8 @@ from typing import Protocol
 log = logging.getLogger(__name__)
 
 # How long a server may take to end a stream whose answer is complete. It takes milliseconds on a
-# quiet machine; the limit is generous because giving up means a cancel, the very call that can
-# leak the stream and leave its model unable to unload (a busy 2-core machine once left an unload
-# stuck after the 5 s this limit used to be).
+# quiet machine; the limit is generous (it was 5 s) because giving up means a cancel, the very
+# call that can leak the stream and leave its model unable to unload.
 STREAM_END_TIMEOUT_S = 30.0
 
 
