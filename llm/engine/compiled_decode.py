@@ -81,14 +81,17 @@ def decode_inputs(chunks: Sequence[ScheduledChunk], block_size: int, device: tor
     def tensor(values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
 
-    return DecodeInputs(
-        token_ids=tensor([chunk.token_ids[0] for chunk in chunks]),
-        positions=tensor(positions),
-        slots=tensor(slots),
-        blocks=tensor(tables),
-        sample_rows=tensor([i for i, chunk in enumerate(chunks) if chunk.sample]),
-        kv_tokens_attended=sum(p + 1 for p in positions),
-    )
+    # Inference tensors always: the graph is guarded on its inputs' dispatch keys, and a tensor made
+    # outside inference mode (one more key) made every real step after the load's warm-up recompile.
+    with torch.inference_mode():
+        return DecodeInputs(
+            token_ids=tensor([chunk.token_ids[0] for chunk in chunks]),
+            positions=tensor(positions),
+            slots=tensor(slots),
+            blocks=tensor(tables),
+            sample_rows=tensor([i for i, chunk in enumerate(chunks) if chunk.sample]),
+            kv_tokens_attended=sum(p + 1 for p in positions),
+        )
 
 
 class CompiledDecode:
@@ -97,6 +100,11 @@ class CompiledDecode:
     def __init__(self, model: LlamaModel, cache: PagedKVCache) -> None:
         self.model, self.cache = model, cache
         use_utf8_files()
+        # The cache's sizes are fixed. Left dynamic, a cache dimension equal to a step's size at the
+        # warm-up shares its symbol (SmolLM2's 3 KV heads and the warm-up's 3 blocks), and the graph
+        # then holds only for steps of exactly that size: every wider step recompiled.
+        torch._dynamo.mark_static(cache.k)
+        torch._dynamo.mark_static(cache.v)
         self._graph = torch.compile(self._forward, dynamic=True, fullgraph=True)
 
     def _forward(

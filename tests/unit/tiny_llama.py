@@ -10,7 +10,9 @@ from llm.engine import LlamaDims, LlamaExecutor
 from llm.engine.checkpoint import fuse_hf_state_dict
 
 
-def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate_size: int = 80, vocab_size: int = 97):
+def tiny_hf_llama(
+    randomise_norms: bool = True, num_heads: int = 6, intermediate_size: int = 80, vocab_size: int = 97, num_kv_heads: int = 2
+):
     """transformers' LlamaForCausalLM with random weights; norms randomised too (HF sets them
     to 1), so a swapped norm changes the logits. `num_heads=8, intermediate_size=96` makes every
     input width a multiple of 32, as the int4 weight format needs."""
@@ -23,7 +25,7 @@ def tiny_hf_llama(randomise_norms: bool = True, num_heads: int = 6, intermediate
         intermediate_size=intermediate_size,
         num_hidden_layers=2,
         num_attention_heads=num_heads,
-        num_key_value_heads=2,
+        num_key_value_heads=num_kv_heads,
         head_dim=8,
         max_position_embeddings=128,
         rms_norm_eps=1e-5,
