@@ -208,3 +208,55 @@ def test_knob_overrides_for_our_engine_are_checked_against_its_knobs() -> None:
     for bad, problem in (("weights=int9", "weights"), ("max_num_seqs", "KNOB=VALUE"), ("mode=none", "--targets"), ("colour=red", "colour")):
         with pytest.raises(ValueError, match=problem):
             parse_knob_overrides(bad)
+
+
+def test_a_labelled_knob_set_is_a_variant_with_its_own_stream_counts() -> None:
+    from tools.bench.llm.targets import EngineVariant, parse_variant
+
+    assert parse_variant("weights=int4,dtype=auto") == EngineVariant({"weights": "int4", "dtype": "auto"})
+    int4 = parse_variant("int4@1:weights=int4,compile_decode=true")
+    assert int4 == EngineVariant({"weights": "int4", "compile_decode": "true"}, "int4", (1,))
+    assert int4.target_name("llm iteration") == "llm iteration [int4]"
+    assert parse_variant("bf16@16,32:dtype=auto").concurrency == (16, 32)
+    assert parse_variant("bf16:dtype=auto").concurrency is None  # every level
+    assert EngineVariant().target_name("engine-loop") == "engine-loop"
+    for bad, problem in (
+        ("int 4:dtype=auto", "label"),
+        ("x@0:dtype=auto", "positive"),
+        ("x@a:dtype=auto", "positive"),
+        ("x:weights=int9", "weights"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            parse_variant(bad)
+
+
+def test_several_variants_need_distinct_labels_and_run_only_their_levels() -> None:
+    from tools.bench.llm.__main__ import variant_plan
+    from tools.bench.llm.targets import EngineVariant, check_variants
+
+    check_variants([EngineVariant({"dtype": "auto"})])  # one unlabelled set: the names stay as they are
+    for variants in ([EngineVariant(), EngineVariant({}, "b")], [EngineVariant({}, "a"), EngineVariant({}, "a")]):
+        with pytest.raises(ValueError, match="distinct LABEL"):
+            check_variants(variants)
+    assert variant_plan(FULL, EngineVariant({}, "a")) == FULL
+    one = variant_plan(FULL, EngineVariant({}, "a", (1,)))
+    assert (one.concurrency, one.rates, one.seconds) == ((1,), (), FULL.seconds)
+    args = build_parser().parse_args(["--set", "int4@1:weights=int4", "--set", "bf16@16,32:dtype=auto"])
+    assert [(v.label, v.concurrency) for v in args.variants] == [("int4", (1,)), ("bf16", (16, 32))]
+
+
+def test_the_comparisons_are_stated_per_variant_of_our_engine() -> None:
+    levels = [
+        level("llm iteration [int4]", "closed", 1, 0.2, 40.0, 900.0),
+        level("engine-loop [int4]", "closed", 1, 0.2, 50.0, 800.0),
+        level("llama-server", "closed", 1, 0.2, 30.0, 1000.0),
+        level("llm iteration [bf16]", "closed", 16, 0.2, 240.0, 900.0),
+        level("vllm", "closed", 16, 0.2, 200.0, 900.0),
+    ]
+    assert comparisons(levels) == [
+        "- 16 streams: our engine's (iteration [bf16]) output tokens/s are 1.20x vLLM's inside Triton "
+        "(target at 16 and 32 streams: >= 1.2x)",
+        "- 1 streams: our engine served through Triton (iteration [int4]) gives 0.80x the output tokens/s of the same engine in process "
+        "(engine-loop [int4]; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)",
+        "- 1 stream: iteration [int4]'s output tokens/s are 1.33x llama-server's, its TPOT p50 1.00x theirs (target: <= 1x)",
+    ]

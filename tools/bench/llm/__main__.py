@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -38,13 +39,15 @@ from tools.bench.llm.targets import (
     VLLM,
     VLLM_CONFIG,
     VLLM_SERVER,
+    EngineVariant,
     LlamaServerTarget,
     ModeTarget,
     Target,
     VllmServerTarget,
     VllmTarget,
     check_model_control,
-    parse_knob_overrides,
+    check_variants,
+    parse_variant,
 )
 from tools.cli.logsetup import add_verbosity_flags, configure_logging
 from tools.load.llm.figures import Slo
@@ -80,9 +83,9 @@ def _numbers(text: str, kind: type) -> tuple:
     return values
 
 
-def _knob_overrides(text: str) -> dict[str, str]:
+def _variant(text: str) -> EngineVariant:
     try:
-        return parse_knob_overrides(text)
+        return parse_variant(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -140,10 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--llama-context", type=int, default=32768, help="llama-server --ctx-size, unified across slots")
     parser.add_argument(
         "--set",
-        dest="overrides",
-        type=_knob_overrides,
-        default={},
-        help="knobs of our engine for its targets (the modes and engine-loop), e.g. weights=int4,dtype=auto",
+        dest="variants",
+        type=_variant,
+        action="append",
+        help="knobs of our engine for its targets (the modes and engine-loop), e.g. weights=int4,dtype=auto; "
+        "repeat as LABEL[@STREAMS]:KNOBS to measure each set as targets of its own, e.g. "
+        "--set int4@1:weights=int4,dtype=auto --set bf16@16,32:dtype=auto (a variant with streams runs only those closed-loop levels)",
     )
     parser.add_argument("--llama-threads", type=int, default=os.cpu_count() or 2, help="llama-server --threads (default: the CPUs)")
     parser.add_argument(
@@ -171,6 +176,13 @@ def plan_of(args: argparse.Namespace) -> Plan:
         drain_s=base.drain_s if args.drain is None else args.drain,
         warmup_s=base.warmup_s if args.warmup is None else args.warmup,
     )
+
+
+def variant_plan(plan: Plan, variant: EngineVariant) -> Plan:
+    """The plan's levels a variant runs: all, or only its closed-loop stream counts."""
+    if variant.concurrency is None:
+        return plan
+    return dataclasses.replace(plan, concurrency=variant.concurrency, rates=())
 
 
 def selected_targets(text: str) -> list[str]:
@@ -215,18 +227,25 @@ def run_bench(args: argparse.Namespace) -> dict:
     requests = workload.build(load_tokenizer(args.tokenizer))
     mean_prompt, mean_output = mean_lengths(requests)
     log.info("workload: %s; mean prompt %.0f, mean output %.0f tokens", workload.describe(), mean_prompt, mean_output)
+    variants = args.variants or [EngineVariant()]
+    check_variants(variants)
     levels, described = [], []
     with contextlib.ExitStack() as stack:
         targets: list[Target | EngineLoopTarget] = []
+        plans: dict[str, Plan] = {}  # a variant's targets run its levels only
         if any(name in TRITON_TARGETS for name in names):
             control, grpc_url = stack.enter_context(triton_control(args))
             for name in names:
                 if name in MODES:
-                    targets.append(ModeTarget(name, control, grpc_url, overrides=args.overrides))
+                    for variant in variants:
+                        targets.append(ModeTarget(name, control, grpc_url, variant=variant))
+                        plans[targets[-1].name] = variant_plan(plan, variant)
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))
         if ENGINE_LOOP in names:
-            targets.append(EngineLoopTarget(overrides=args.overrides))
+            for variant in variants:
+                targets.append(EngineLoopTarget(overrides=variant.knobs, name=variant.target_name(ENGINE_LOOP)))
+                plans[targets[-1].name] = variant_plan(plan, variant)
         if VLLM_SERVER in names:
             targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
         if LLAMA_SERVER in names:
@@ -234,7 +253,7 @@ def run_bench(args: argparse.Namespace) -> dict:
         for target in targets:
             log.info("measuring %s", target.name)
             with target.serving() as client:
-                runs = asyncio.run(measure_target(client, requests, plan, args.seed))
+                runs = asyncio.run(measure_target(client, requests, plans.get(target.name, plan), args.seed))
                 described.append({"name": target.name, "description": target.describe(), "protocol": client.name})
             levels += [level_entry(target.name, *run, slo=args.slo) for run in runs]
     return {

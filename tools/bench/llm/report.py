@@ -48,6 +48,9 @@ def table(levels: list[dict]) -> list[str]:
     return lines
 
 
+ITERATION = "llm iteration"  # our served target's name, before any variant label
+
+
 def find(levels: list[dict], target: str, kind: str, load: float) -> dict | None:
     return next((lv for lv in levels if lv["target"] == target and lv["kind"] == kind and lv["load"] == load), None)
 
@@ -60,26 +63,45 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
+def variant_suffixes(levels: list[dict]) -> list[str]:
+    """' [LABEL]' of each of our engine's knob variants in the run (bench-llm --set LABEL:...), or
+    '' for the one unlabelled set: our targets' names carry it."""
+    suffixes = {lv["target"][len(ITERATION) :] for lv in levels if lv["target"].startswith(ITERATION)}
+    return sorted(suffixes)
+
+
 def comparisons(levels: list[dict]) -> list[str]:
-    """The benchmark's targets (docs/llm.md), stated as measured (levels that did not run are left out)."""
+    """The benchmark's targets (docs/llm.md), stated as measured (levels that did not run are left
+    out), once per variant of our engine's knobs."""
+    lines = []
+    for suffix in variant_suffixes(levels) or [""]:
+        lines += _comparisons(levels, suffix)
+    return lines
+
+
+def _comparisons(levels: list[dict], suffix: str) -> list[str]:
+    ours = f"iteration{suffix}"
     lines = []
     for streams in (16, 32):
         it, req, none, llama = (
-            find(levels, name, "closed", streams) for name in ("llm iteration", "llm request", "llm none", "llama-server")
+            find(levels, name, "closed", streams)
+            for name in (ITERATION + suffix, "llm request" + suffix, "llm none" + suffix, "llama-server")
         )
         if it and req:
             goodput = f"iteration's goodput is {_ratio(it['goodput_rps'], req['goodput_rps'])} request's"
             if none:
                 goodput += f" and {_ratio(it['goodput_rps'], none['goodput_rps'])} none's"
             ttft = f"request's TTFT p99 is {_ratio(req['ttft_p99_ms'], it['ttft_p99_ms'])} iteration's"
-            lines.append(f"- {streams} streams: {goodput}; {ttft} (target: goodput >= 3x request and >= 5x none, TTFT p99 3x lower)")
+            lines.append(
+                f"- {streams} streams{suffix}: {goodput}; {ttft} (target: goodput >= 3x request and >= 5x none, TTFT p99 3x lower)"
+            )
         if it and llama:
             tokens = _ratio(it["output_tokens_per_s"], llama["output_tokens_per_s"])
-            lines.append(f"- {streams} streams: iteration's output tokens/s are {tokens} llama-server's (target: >= 1x)")
+            lines.append(f"- {streams} streams: {ours}'s output tokens/s are {tokens} llama-server's (target: >= 1x)")
     for streams in sorted({lv["load"] for lv in levels if lv["kind"] == "closed"}):
-        inside, alone, native = (find(levels, name, "closed", streams) for name in ("vllm", "vllm-server", "llm iteration"))
+        inside, alone, native = (find(levels, name, "closed", streams) for name in ("vllm", "vllm-server", ITERATION + suffix))
         label = (inside or alone or native or {}).get("label", f"{streams:g} streams")
-        if inside and alone:
+        if inside and alone and not suffix:
             tokens = _ratio(inside["output_tokens_per_s"], alone["output_tokens_per_s"])
             ttft = _ratio(inside["ttft_p99_ms"], alone["ttft_p99_ms"])
             lines.append(
@@ -89,21 +111,21 @@ def comparisons(levels: list[dict]) -> list[str]:
         goal = " (target at 16 and 32 streams: >= 1.2x)" if streams in (16, 32) else ""
         if native and inside:
             tokens = _ratio(native["output_tokens_per_s"], inside["output_tokens_per_s"])
-            lines.append(f"- {label}: our engine's (iteration) output tokens/s are {tokens} vLLM's inside Triton{goal}")
+            lines.append(f"- {label}: our engine's ({ours}) output tokens/s are {tokens} vLLM's inside Triton{goal}")
         if native and alone:
             tokens = _ratio(native["output_tokens_per_s"], alone["output_tokens_per_s"])
-            lines.append(f"- {label}: our engine's (iteration) output tokens/s are {tokens} vLLM's own server's{goal}")
-        in_process = find(levels, "engine-loop", "closed", streams)
+            lines.append(f"- {label}: our engine's ({ours}) output tokens/s are {tokens} vLLM's own server's{goal}")
+        in_process = find(levels, "engine-loop" + suffix, "closed", streams)
         if native and in_process:
             tokens = _ratio(native["output_tokens_per_s"], in_process["output_tokens_per_s"])
             lines.append(
-                f"- {label}: our engine served through Triton (iteration) gives {tokens} the output tokens/s of the same engine "
-                "in process (engine-loop; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)"
+                f"- {label}: our engine served through Triton ({ours}) gives {tokens} the output tokens/s of the same engine "
+                f"in process (engine-loop{suffix}; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)"
             )
-    it, llama = find(levels, "llm iteration", "closed", 1), find(levels, "llama-server", "closed", 1)
+    it, llama = find(levels, ITERATION + suffix, "closed", 1), find(levels, "llama-server", "closed", 1)
     if it and llama:
         tokens, tpot = _ratio(it["output_tokens_per_s"], llama["output_tokens_per_s"]), _ratio(it["tpot_p50_ms"], llama["tpot_p50_ms"])
-        lines.append(f"- 1 stream: iteration's output tokens/s are {tokens} llama-server's, its TPOT p50 {tpot} theirs (target: <= 1x)")
+        lines.append(f"- 1 stream: {ours}'s output tokens/s are {tokens} llama-server's, its TPOT p50 {tpot} theirs (target: <= 1x)")
     return lines
 
 

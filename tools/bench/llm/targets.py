@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import subprocess
 import time
@@ -62,6 +63,48 @@ def parse_knob_overrides(text: str) -> dict[str, str]:
         overrides[key.strip()] = value.strip()
     parse_knobs({**parameters_from_pbtxt(NATIVE_CONFIG), **overrides})  # KnobError (a ValueError) names what is wrong
     return overrides
+
+
+@dataclass(frozen=True)
+class EngineVariant:
+    """One set of our engine's knobs, measured as targets of its own (bench-llm `--set`). Several
+    in one run put weight formats side by side, each at the stream counts it is meant for (int4 at
+    one stream, bfloat16 where prompt chunks make the steps wide). The one unlabelled variant
+    leaves the target names as they are."""
+
+    knobs: Mapping[str, str] = field(default_factory=dict)
+    label: str = ""
+    concurrency: tuple[int, ...] | None = None  # closed-loop levels only; None: every level of the plan
+
+    def target_name(self, base: str) -> str:
+        return f"{base} [{self.label}]" if self.label else base
+
+
+def parse_variant(text: str) -> EngineVariant:
+    """'[LABEL[@STREAMS]:]KNOB=VALUE,...' -> EngineVariant, e.g. 'int4@1:weights=int4,dtype=auto'
+    (streams comma-separated: 'bf16@16,32:dtype=auto'). Knobs as parse_knob_overrides checks them."""
+    head, sep, knobs = text.partition(":")
+    if not sep or "=" in head:
+        return EngineVariant(parse_knob_overrides(text))
+    label, at, streams = (part.strip() for part in head.partition("@"))
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", label):
+        raise ValueError(f"a variant's label is letters, digits and _.+- (e.g. int4:weights=int4); got {label!r}")
+    concurrency = None
+    if at:
+        try:
+            concurrency = tuple(int(part) for part in streams.split(",") if part.strip())
+        except ValueError:
+            concurrency = ()
+        if not concurrency or min(concurrency) <= 0:
+            raise ValueError(f"variant {label!r}: streams are positive integers, e.g. {label}@1,16:...; got {streams!r}")
+    return EngineVariant(parse_knob_overrides(knobs), label, concurrency)
+
+
+def check_variants(variants: list[EngineVariant]) -> None:
+    """Several variants need distinct labels: their targets' names tell them apart."""
+    labels = [variant.label for variant in variants]
+    if len(variants) > 1 and (not all(labels) or len(set(labels)) < len(labels)):
+        raise ValueError(f"several --set variants need a distinct LABEL: each ('LABEL:KNOBS'); got labels {labels}")
 
 
 def apply_mode(client: TritonClient, mode: str, model: str = MODEL, overrides: Mapping[str, str] | None = None) -> None:
@@ -113,11 +156,15 @@ class ModeTarget:
     control: TritonClient
     grpc_url: str
     model: str = MODEL
-    overrides: Mapping[str, str] = field(default_factory=dict)  # more knobs of ours (--set)
+    variant: EngineVariant = field(default_factory=EngineVariant)  # more knobs of ours (--set)
 
     @property
     def name(self) -> str:
-        return mode_target_name(self.mode)
+        return self.variant.target_name(mode_target_name(self.mode))
+
+    @property
+    def overrides(self) -> Mapping[str, str]:
+        return self.variant.knobs
 
     def describe(self) -> str:
         knobs = "".join(f", {key}={value}" for key, value in self.overrides.items())
