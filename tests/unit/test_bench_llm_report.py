@@ -260,3 +260,35 @@ def test_the_comparisons_are_stated_per_variant_of_our_engine() -> None:
         "(engine-loop [int4]; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)",
         "- 1 stream: iteration [int4]'s output tokens/s are 1.33x llama-server's, its TPOT p50 1.00x theirs (target: <= 1x)",
     ]
+
+
+class FakeControl:
+    """The model-control calls apply_mode makes, on a config held here."""
+
+    def __init__(self, config) -> None:
+        self.running, self.reloads = config, 0
+
+    def config(self, model: str):
+        return self.running
+
+    def model_ready(self, model: str) -> bool:
+        return True
+
+    def reload(self, model: str, config) -> None:
+        self.running, self.reloads = config, self.reloads + 1
+
+
+def test_each_knob_set_goes_on_top_of_the_runs_starting_config_not_the_previous_sets() -> None:
+    from tools.bench.llm.targets import NATIVE_CONFIG, apply_mode
+    from tools.repo.model_config import load_config
+
+    start = load_config(NATIVE_CONFIG)
+    control = FakeControl(start)
+    apply_mode(control, "iteration", overrides={"weights": "int4", "compile_decode": "true"}, base=start)
+    assert control.running.parameters["weights"].string_value == "int4" and control.reloads == 1
+    apply_mode(control, "iteration", overrides={"dtype": "auto"}, base=start)
+    knobs = {key: value.string_value for key, value in control.running.parameters.items()}
+    assert (knobs["weights"], knobs["compile_decode"], knobs["dtype"]) == ("dense", "false", "auto")
+    apply_mode(control, "iteration", overrides={"dtype": "auto"}, base=start)
+    assert control.reloads == 2  # already running that set: no reload
+    assert start.parameters["dtype"].string_value != "auto"  # the starting config itself is left as it was

@@ -235,10 +235,11 @@ def run_bench(args: argparse.Namespace) -> dict:
         plans: dict[str, Plan] = {}  # a variant's targets run its levels only
         if any(name in TRITON_TARGETS for name in names):
             control, grpc_url = stack.enter_context(triton_control(args))
+            base = control.config(MODEL)  # every variant's knobs go on top of the config the run starts from
             for name in names:
                 if name in MODES:
                     for variant in variants:
-                        targets.append(ModeTarget(name, control, grpc_url, variant=variant))
+                        targets.append(ModeTarget(name, control, grpc_url, variant=variant, base=base))
                         plans[targets[-1].name] = variant_plan(plan, variant)
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))

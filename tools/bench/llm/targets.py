@@ -27,7 +27,7 @@ from llm.serving.knobs import parameters_from_pbtxt, parse_knobs
 from tools.contract import LLM_MODEL
 from tools.load.llm.clients import OpenAIStreamClient, StreamClient, TritonStreamClient
 from tools.paths import BUILD_DIR, MODEL_REPOSITORY, VLLM_PYTHON
-from tools.repo.model_config import load_config
+from tools.repo.model_config import ModelConfig, load_config
 from tools.serve.process_group import stop_process_group
 from tools.triton_client import TritonClient, TritonError
 from tools.triton_client.readiness import wait_for_http_ok
@@ -107,20 +107,30 @@ def check_variants(variants: list[EngineVariant]) -> None:
         raise ValueError(f"several --set variants need a distinct LABEL: each ('LABEL:KNOBS'); got labels {labels}")
 
 
-def apply_mode(client: TritonClient, mode: str, model: str = MODEL, overrides: Mapping[str, str] | None = None) -> None:
-    """Make `model` run `parameters.mode = mode` and the `overrides` (a reload, unless it runs
-    them already)."""
+def apply_mode(
+    client: TritonClient, mode: str, model: str = MODEL, overrides: Mapping[str, str] | None = None, base: ModelConfig | None = None
+) -> None:
+    """Make `model` run `parameters.mode = mode` and the `overrides` on top of `base` (default: the
+    config it runs now); a reload, unless its parameters are those already. Knob sets measured in
+    turn pass the run's starting config as `base`: on top of the running one, a knob the previous
+    set changed and this one does not name stayed (int4 weights measured as the bfloat16 set)."""
     wanted = {"mode": mode, **(overrides or {})}
-    config = client.config(model)
-    if engine_of_config(config) != "native":  # the server runs vLLM: our engine's committed config, in `mode`
+    running = client.config(model)
+    config = ModelConfig()
+    config.CopyFrom(running if base is None else base)
+    if engine_of_config(config) != "native":  # it runs vLLM: our engine's committed config, in `mode`
         config = load_config(NATIVE_CONFIG)
-    elif all(config.parameters[key].string_value == value for key, value in wanted.items()) and client.model_ready(model):
-        return
     for key, value in wanted.items():
         config.parameters[key].string_value = value
+    if _parameters(config) == _parameters(running) and client.model_ready(model):
+        return
     started = time.monotonic()
     client.reload(model, config)
     log.info("%s reloaded with %s in %.1f s", model, wanted, time.monotonic() - started)
+
+
+def _parameters(config: ModelConfig) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
 
 
 @contextlib.contextmanager
@@ -157,6 +167,7 @@ class ModeTarget:
     grpc_url: str
     model: str = MODEL
     variant: EngineVariant = field(default_factory=EngineVariant)  # more knobs of ours (--set)
+    base: ModelConfig | None = None  # the config the run started from: each variant's knobs go on top of it
 
     @property
     def name(self) -> str:
@@ -172,7 +183,7 @@ class ModeTarget:
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[StreamClient]:
-        apply_mode(self.control, self.mode, self.model, self.overrides)
+        apply_mode(self.control, self.mode, self.model, self.overrides, self.base)
         yield TritonStreamClient(self.grpc_url, self.model)
 
 
