@@ -182,4 +182,7 @@ class EngineConfig:
     # drop to one thread while it steps faster (a busy machine) and come back (llm.engine.threads); float32
     # products may then round differently, so a request's tokens can depend on the machine's load
     adaptive_threads: bool = False
+    # every row's bits independent of what shares its step (bfloat16 products in blocks of 32 rows on oneDNN,
+    # llm.engine.linear); false: one product per layer however wide the step, faster for prompt chunks
+    batch_invariant: bool = True
     max_lora_rank: int = 16  # the largest LoRA rank an adapter may have (vLLM's max_lora_rank); the slots are this wide

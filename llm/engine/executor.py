@@ -54,6 +54,7 @@ class LlamaExecutor:
             config.weights,
             prepack=not config.compile_decode,
             paged_attention=paged_kernel,
+            batch_invariant=config.batch_invariant,
         )
         self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
         self.block_size = config.block_size

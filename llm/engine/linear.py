@@ -35,9 +35,13 @@ class DenseLinear:
     compiled decode graph: inductor cannot lower oneDNN's product over a packed weight that is a
     graph input (and through an opaque custom op its logits came out wrong)."""
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device, prepack: bool = True) -> None:
+    def __init__(
+        self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device, prepack: bool = True, batch_invariant: bool = True
+    ) -> None:
         weight = weight.to(device=device, dtype=dtype).contiguous()
         self.weight: torch.Tensor | None = weight
+        # rows per product: INVARIANT_BLOCK keeps each row's bits whatever the batch; otherwise all at once
+        self.block = INVARIANT_BLOCK if batch_invariant else None
         self.packed: torch.Tensor | None = None
         if prepack and prepacks(dtype, device):
             self.packed, self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PREPACK_ROWS), None
@@ -45,10 +49,10 @@ class DenseLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return F.linear(x, self.weight)
-        rows = x.shape[0]
-        if rows <= INVARIANT_BLOCK:
+        rows, block = x.shape[0], self.block
+        if block is None or rows <= block:
             return self._product(x)
-        return torch.cat([self._product(x[start : start + INVARIANT_BLOCK]) for start in range(0, rows, INVARIANT_BLOCK)])
+        return torch.cat([self._product(x[start : start + block]) for start in range(0, rows, block)])
 
     def _product(self, x: torch.Tensor) -> torch.Tensor:
         """oneDNN's product of at most INVARIANT_BLOCK rows, padded to INVARIANT_ROWS."""
@@ -145,13 +149,16 @@ FORMATS: dict[str, type[DenseLinear] | type[Int8Linear] | type[Int4Linear]] = {
 }
 
 
-def make_linear(weight: torch.Tensor, weights: str, dtype: torch.dtype, device: torch.device, prepack: bool = True) -> Linear:
+def make_linear(
+    weight: torch.Tensor, weights: str, dtype: torch.dtype, device: torch.device, prepack: bool = True, batch_invariant: bool = True
+) -> Linear:
     """A linear layer over `weight` [out, in] in format `weights` (one of WEIGHT_FORMATS);
-    `prepack`: whether a dense one may be handed to oneDNN prepacked (DenseLinear)."""
+    `prepack`: whether a dense one may be handed to oneDNN prepacked; `batch_invariant`: whether
+    its products keep each row's bits whatever the batch (DenseLinear; the quantised kernels do)."""
     if weights not in FORMATS:
         raise ValueError(f"weights {weights!r} is not one of {', '.join(WEIGHT_FORMATS)}")
     if weights != "dense" and device.type != "cpu":
         raise ValueError(f"weights {weights!r} runs on the CPU only (torch's weight-only kernels); use weights dense on {device.type}")
     if weights == "dense":
-        return DenseLinear(weight, dtype, device, prepack)
+        return DenseLinear(weight, dtype, device, prepack, batch_invariant)
     return FORMATS[weights](weight, dtype, device)

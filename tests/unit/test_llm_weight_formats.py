@@ -76,6 +76,22 @@ def test_a_bfloat16_row_gets_the_same_bits_alone_and_in_any_batch():
         assert torch.equal(together[0:rows:9], alone[: len(range(0, rows, 9))]), f"a row changed in a batch of {rows}"
 
 
+@pytest.mark.skipif(not prepacks(torch.bfloat16, CPU), reason="this torch has no oneDNN")
+def test_without_batch_invariance_a_wide_step_is_one_product_with_the_same_values():
+    """`batch_invariant: false` trades the row blocks (a row's bits independent of the batch) for
+    one oneDNN product per layer: the same values to bfloat16's precision."""
+    weight = random_weight(576, 1536)
+    x = activations(200, 1536, torch.bfloat16)
+    results = {}
+    for invariant in (True, False):
+        product = DenseLinear(weight, torch.bfloat16, CPU, batch_invariant=invariant)
+        calls, inner = [], product._product
+        product._product = lambda rows, inner=inner, calls=calls: calls.append(len(rows)) or inner(rows)
+        results[invariant] = product(x)
+        assert calls == ([32] * 6 + [8] if invariant else [200])
+    torch.testing.assert_close(results[False], results[True], atol=2e-2, rtol=2e-2)
+
+
 def test_quantisation_error_stays_within_half_a_step():
     weight = random_weight(64, 96)
     _, scales = quantise_int8(weight)
