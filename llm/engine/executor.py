@@ -39,7 +39,7 @@ class LlamaExecutor:
         self.thread_governor = ThreadGovernor(torch.get_num_threads(), self._set_threads) if config.adaptive_threads else None
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
-        attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype)
+        attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype, dims.head_dim)
         config = dataclasses.replace(config, attention=attention)
         self.dims, self.config = dims, config
         self.adapter_errors: dict[str, str] = {}  # LoRA adapters listed but not loaded: name -> reason

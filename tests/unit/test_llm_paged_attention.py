@@ -1,6 +1,8 @@
 """The paged decode-attention kernel (llm/engine/kernels/paged_attention.cpp) against torch's
 SDPA over the same keys gathered by hand, its batch invariance, its refusals, and how the
-`attention` knob resolves. The kernel is compiled here on first use (~10 s, then cached)."""
+`attention` knob resolves. The kernel is compiled here on first use (~30 s, then cached).
+Each check runs on both of its codes: the CPU's own (AVX512-BF16 for bfloat16 where the CPU
+has it) and the AVX2 one every machine of the pool runs (LLM_ATTENTION_ISA=avx2)."""
 
 from __future__ import annotations
 
@@ -20,16 +22,26 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16  # SmolLM2-135M's attention shap
 @pytest.fixture(scope="module")
 def kernel():
     try:
-        return paged_kernel(torch.device("cpu"), torch.float32)
+        return paged_kernel(torch.device("cpu"), torch.float32, HEAD_DIM)
     except KernelUnavailable as error:  # a machine without AVX2 or g++: the padded path is tested elsewhere
         pytest.skip(str(error))
 
 
-def paged_case(lengths: list[int], dtype: torch.dtype, seed: int = 0, num_blocks: int = 200):
+@pytest.fixture(params=["cpu's own", "avx2"], autouse=True)
+def isa(request, monkeypatch) -> str:
+    """Which of the kernel's codes runs: the CPU's best, or AVX2 forced."""
+    if request.param == "avx2":
+        monkeypatch.setenv("LLM_ATTENTION_ISA", "avx2")
+    else:
+        monkeypatch.delenv("LLM_ATTENTION_ISA", raising=False)
+    return request.param
+
+
+def paged_case(lengths: list[int], dtype: torch.dtype, seed: int = 0, num_blocks: int = 200, head_dim: int = HEAD_DIM):
     """Random caches, block tables scattered over them, one query row per sequence."""
     generator = torch.Generator().manual_seed(seed)
-    key_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
-    value_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, HEAD_DIM, generator=generator).to(dtype)
+    key_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, head_dim, generator=generator).to(dtype)
+    value_cache = torch.randn(num_blocks, BLOCK, KV_HEADS, head_dim, generator=generator).to(dtype)
     width = max(-(-n // BLOCK) for n in lengths)
     order = torch.randperm(num_blocks, generator=generator)
     tables = torch.zeros(len(lengths), width, dtype=torch.long)
@@ -38,33 +50,43 @@ def paged_case(lengths: list[int], dtype: torch.dtype, seed: int = 0, num_blocks
         blocks = -(-n // BLOCK)
         tables[row, :blocks] = order[used : used + blocks]
         used += blocks
-    query = torch.randn(len(lengths), HEADS, HEAD_DIM, generator=generator).to(dtype)
+    query = torch.randn(len(lengths), HEADS, head_dim, generator=generator).to(dtype)
     return query, key_cache, value_cache, tables, torch.tensor(lengths, dtype=torch.long)
 
 
 def reference(query, key_cache, value_cache, tables, lengths) -> torch.Tensor:
     """float32 SDPA, one sequence at a time over its own keys."""
-    out = []
+    out, head_dim = [], query.shape[-1]
     for row, n in enumerate(lengths.tolist()):
-        keys = key_cache[tables[row]].reshape(-1, KV_HEADS, HEAD_DIM)[:n].float().transpose(0, 1)
-        values = value_cache[tables[row]].reshape(-1, KV_HEADS, HEAD_DIM)[:n].float().transpose(0, 1)
-        q = query[row].float().view(KV_HEADS, HEADS // KV_HEADS, HEAD_DIM)
-        out.append(F.scaled_dot_product_attention(q, keys, values).reshape(HEADS, HEAD_DIM))
+        keys = key_cache[tables[row]].reshape(-1, KV_HEADS, head_dim)[:n].float().transpose(0, 1)
+        values = value_cache[tables[row]].reshape(-1, KV_HEADS, head_dim)[:n].float().transpose(0, 1)
+        q = query[row].float().view(KV_HEADS, HEADS // KV_HEADS, head_dim)
+        out.append(F.scaled_dot_product_attention(q, keys, values).reshape(HEADS, head_dim))
     return torch.stack(out)
 
 
 def run(kernel, query, key_cache, value_cache, tables, lengths) -> torch.Tensor:
     out = torch.empty(query.shape, dtype=key_cache.dtype)
-    kernel(query, key_cache, value_cache, tables, lengths, HEAD_DIM**-0.5, out)
+    kernel(query, key_cache, value_cache, tables, lengths, query.shape[-1] ** -0.5, out)
     return out
 
 
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_the_kernel_equals_sdpa_over_each_sequences_own_keys(kernel, dtype, tolerance):
-    lengths = [1, 15, 16, 17, 200, 333]  # one key, a block's edge either side, several blocks
-    case = paged_case(lengths, dtype)
+@pytest.mark.parametrize("head_dim", [64, 128, 96, 80])  # unrolled x2, run-time sizes (80: AVX2 only)
+def test_the_kernel_equals_sdpa_over_each_sequences_own_keys(kernel, dtype, tolerance, head_dim):
+    lengths = [1, 3, 15, 16, 17, 35, 200, 333]  # one key, a block's edge either side, several blocks
+    case = paged_case(lengths, dtype, head_dim=head_dim)
     out = run(kernel, *case)
     torch.testing.assert_close(out.float(), reference(*case), atol=tolerance, rtol=0)
+
+
+def test_large_scores_do_not_overflow_the_running_softmax(kernel):
+    """Keys scaled so the scores reach hundreds: the one-pass softmax rescales, never overflows."""
+    query, key_cache, value_cache, tables, lengths = paged_case([300, 45], torch.float32)
+    case = (query * 30, key_cache * 30, value_cache, tables, lengths)
+    out = run(kernel, *case)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, reference(*case), atol=1e-4, rtol=0)
 
 
 def test_a_query_row_wider_than_its_heads_is_read_in_place(kernel):
@@ -99,6 +121,7 @@ def test_a_sequence_gets_the_same_bits_alone_and_beside_others(kernel, dtype):
         (lambda case: (case[0].double(), *case[1:]), "one dtype"),
         (lambda case: (*case[:3], case[3].int(), *case[4:]), "int64"),
         (lambda case: (case[0][:1], *case[1:]), "one block table row"),
+        (lambda case: (*[tensor[..., :60].contiguous() for tensor in case[:3]], *case[3:]), "multiple of 8"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_reason(kernel, change, problem):
@@ -109,13 +132,14 @@ def test_bad_arguments_are_refused_with_the_reason(kernel, change, problem):
 
 def test_the_knob_resolves_to_what_can_run(kernel, caplog):
     cpu = torch.device("cpu")
-    assert resolve_attention("padded", cpu, torch.float32) == ("padded", None)
-    assert resolve_attention("paged", cpu, torch.bfloat16) == ("paged", kernel)
-    assert resolve_attention("auto", cpu, torch.float32) == ("paged", kernel)
+    assert resolve_attention("padded", cpu, torch.float32, HEAD_DIM) == ("padded", None)
+    assert resolve_attention("paged", cpu, torch.bfloat16, HEAD_DIM) == ("paged", kernel)
+    assert resolve_attention("auto", cpu, torch.float32, HEAD_DIM) == ("paged", kernel)
     with caplog.at_level(logging.WARNING, logger=attention.__name__):
-        assert resolve_attention("auto", cpu, torch.float16) == ("padded", None)
-    assert "float16" in caplog.text
+        assert resolve_attention("auto", cpu, torch.float16, HEAD_DIM) == ("padded", None)
+        assert resolve_attention("auto", cpu, torch.float32, 60) == ("padded", None)
+    assert "float16" in caplog.text and "not 60" in caplog.text
     with pytest.raises(KernelUnavailable, match="CPU"):
-        resolve_attention("paged", torch.device("cuda"), torch.bfloat16)
+        resolve_attention("paged", torch.device("cuda"), torch.bfloat16, HEAD_DIM)
     with pytest.raises(ValueError, match="'flash'"):
-        resolve_attention("flash", cpu, torch.float32)
+        resolve_attention("flash", cpu, torch.float32, HEAD_DIM)

@@ -1,9 +1,10 @@
 """Compile our C++ kernels against the installed torch: `python -m llm.engine.kernels`.
 
-One g++ call per kernel (~10 s on 2 cores), no ninja and no pybind: the library registers its
+One g++ call per kernel (~10-30 s on 2 cores), no ninja and no pybind: the library registers its
 operators with TORCH_LIBRARY and is loaded by torch.ops.load_library. The flags target AVX2 +
-FMA, which every machine of our pool has (the AVX-512 ones gained nothing measurable: the
-kernel is bound by the KV reads), so a library built on one machine runs on the others.
+FMA, which every machine of our pool has, so a library built on one machine runs on the others;
+code for more (the attention's AVX512-BF16 scores) sits in functions compiled for it by a
+target attribute and is chosen at run time by what the CPU has.
 `make export` builds it; the engine builds it at load when it is missing.
 """
 
