@@ -9,8 +9,8 @@ instructions and a compiler to build it, else `padded` with a warning saying why
 The kernel walks each sequence's blocks once (online softmax) and prefetches the blocks two
 ahead; bfloat16 caches on a CPU with AVX512-BF16 get their scores from vdpbf16ps. On 16 and 32
 sequences of ~300 tokens (SmolLM2's 9 query / 3 KV heads, bfloat16, caches out of cache) it
-took 0.55-0.6x the time of the two-pass AVX2 kernel it replaced
-(docs/results/2026-12-07-llm-paged-attention-one-pass.md). Each sequence is computed alone and
+took 0.51x the time of the two-pass AVX2 kernel it replaced on the AMX Xeon (quiet, 2 threads;
+docs/results/2026-12-07-llm-paged-attention-one-pass.md). Each sequence is computed alone and
 in one order, so its attention does not depend on what shares the step. Prefill chunks keep
 SDPA (the causal product over a chunk is a matrix product, where torch's blocked kernel wins).
 """
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_CHOICES = ("auto", "paged", "padded")
 PAGED_DTYPES = frozenset({torch.float32, torch.bfloat16})
-PAGED_HEAD_DIM_MULTIPLE, PAGED_MAX_HEAD_DIM = 8, 256  # the kernel's vectors hold 8 floats
+PAGED_HEAD_DIM_MULTIPLE, PAGED_MAX_HEAD_DIM = 8, 256  # the kernel's kLanes and kMaxHeadDim
 
 # query [n, heads, D], key/value cache [blocks, block_size, kv_heads, D], tables [n, width],
 # context lengths [n], scale, out [n, heads, D] (written)
