@@ -78,17 +78,17 @@ def test_a_bfloat16_row_gets_the_same_bits_alone_and_in_any_batch():
 
 @pytest.mark.skipif(not prepacks(torch.bfloat16, CPU), reason="this torch has no oneDNN")
 def test_without_batch_invariance_a_wide_step_is_one_product_with_the_same_values():
-    """`batch_invariant: false` trades the row blocks (a row's bits independent of the batch) for
-    one oneDNN product per layer: the same values to bfloat16's precision."""
+    """`batch_invariant: false` trades the padded row blocks (a row's bits independent of the
+    batch) for one unpadded oneDNN product per layer: the same values to bfloat16's precision."""
     weight = random_weight(576, 1536)
-    x = activations(200, 1536, torch.bfloat16)
+    x = activations(205, 1536, torch.bfloat16)
     results = {}
     for invariant in (True, False):
         product = DenseLinear(weight, torch.bfloat16, CPU, batch_invariant=invariant)
         calls, inner = [], product._product
-        product._product = lambda rows, inner=inner, calls=calls: calls.append(len(rows)) or inner(rows)
+        product._product = lambda rows, padded=True, inner=inner, calls=calls: calls.append((len(rows), padded)) or inner(rows, padded)
         results[invariant] = product(x)
-        assert calls == ([32] * 6 + [8] if invariant else [200])
+        assert calls == ([(32, True)] * 6 + [(13, True)] if invariant else [(205, False)])
     torch.testing.assert_close(results[False], results[True], atol=2e-2, rtol=2e-2)
 
 
