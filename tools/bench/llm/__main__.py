@@ -6,11 +6,14 @@ reports/bench-llm/.
 Each target runs every level in turn (closed loop at each concurrency, then Poisson at each
 rate), after two unmeasured warm-up requests. Without `--url` a local Triton is started
 with only `llm` loaded (explicit model control); with `--url` the server's own `llm` is
-reloaded per mode and its config restored at the end.
+reloaded per mode and its config restored at the end. `--rounds N` measures every target N
+times, the order reversed every other round, and reports each figure's median
+(tools/bench/llm/rounds.py).
 
     python -m tools.bench.llm --quick
     python -m tools.bench.llm --targets iteration,llama-server --concurrency 1,16 --rates 0.5
     python -m tools.bench.llm --targets iteration,vllm,vllm-server --concurrency 1,4,16,32 --rates ''
+    python -m tools.bench.llm --targets iteration,engine-loop --concurrency 16 --rates '' --rounds 3
 
 """
 
@@ -32,6 +35,7 @@ from llm.artifacts import HF_FOLDER
 from tools.bench.llm.in_process import ENGINE_LOOP, EngineLoopTarget
 from tools.bench.llm.levels import Plan, level_entry, load_tokenizer, measure_target
 from tools.bench.llm.report import write_report
+from tools.bench.llm.rounds import merge_rounds, round_order
 from tools.bench.llm.targets import (
     LLAMA_SERVER,
     MODEL,
@@ -83,6 +87,16 @@ def _numbers(text: str, kind: type) -> tuple:
     return values
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
+    return value
+
+
 def _variant(text: str) -> EngineVariant:
     try:
         return parse_variant(text)
@@ -125,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--requests", type=int, default=1000, help="size of the seeded workload (each level starts at its own part of it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=1,
+        help="measure every target this many times, the order reversed every other round; each figure the median of "
+        "the rounds' (default 1; 2 or 3 where the machine drifts, see tools/bench/llm/rounds.py)",
+    )
     parser.add_argument("--slo", type=Slo.parse, default=DEFAULT_SLO, help="per-request objectives in seconds (default ttft=3,tpot=0.3)")
     parser.add_argument("--url", help="a running Triton (host:http_port) in explicit model-control mode; default: start one")
     parser.add_argument("--grpc-url", help="its gRPC host:port (default: the HTTP port + 1)")
@@ -229,7 +250,8 @@ def run_bench(args: argparse.Namespace) -> dict:
     log.info("workload: %s; mean prompt %.0f, mean output %.0f tokens", workload.describe(), mean_prompt, mean_output)
     variants = args.variants or [EngineVariant()]
     check_variants(variants)
-    levels, described = [], []
+    rounds: list[list[dict]] = []
+    described: dict[str, dict] = {}
     with contextlib.ExitStack() as stack:
         targets: list[Target | EngineLoopTarget] = []
         plans: dict[str, Plan] = {}  # a variant's targets run its levels only
@@ -251,17 +273,22 @@ def run_bench(args: argparse.Namespace) -> dict:
             targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
         if LLAMA_SERVER in names:
             targets.append(LlamaServerTarget(args.llama_server, gguf_path(), args.llama_parallel, args.llama_context, args.llama_threads))
-        for target in targets:
-            log.info("measuring %s", target.name)
-            with target.serving() as client:
-                runs = asyncio.run(measure_target(client, requests, plans.get(target.name, plan), args.seed))
-                described.append({"name": target.name, "description": target.describe(), "protocol": client.name})
-            levels += [level_entry(target.name, *run, slo=args.slo) for run in runs]
+        for round_index in range(args.rounds):
+            entries: list[dict] = []
+            for target in round_order(targets, round_index):
+                log.info("measuring %s%s", target.name, f" (round {round_index + 1} of {args.rounds})" if args.rounds > 1 else "")
+                with target.serving() as client:
+                    runs = asyncio.run(measure_target(client, requests, plans.get(target.name, plan), args.seed))
+                    described.setdefault(target.name, {"name": target.name, "description": target.describe(), "protocol": client.name})
+                entries += [level_entry(target.name, *run, slo=args.slo) for run in runs]
+            rounds.append(entries)
+    order = {target.name: index for index, target in enumerate(targets)}
+    levels = sorted(merge_rounds(rounds), key=lambda level: order[level["target"]])  # stable: each target's levels in plan order
     return {
         "date": datetime.now().isoformat(timespec="seconds"),
         "cpu": cpu,
         "load_average": load_average,
-        "runs": 1,
+        "runs": args.rounds,
         "workload": {
             "description": workload.describe(),
             "prompt_lengths": str(args.prompt_lengths),
@@ -281,7 +308,7 @@ def run_bench(args: argparse.Namespace) -> dict:
             "warmup_s": plan.warmup_s,
             "quick": args.quick,
         },
-        "targets": described,
+        "targets": [described[target.name] for target in targets],
         "levels": levels,
     }
 

@@ -40,10 +40,15 @@ def _cell(level: dict, key: str | None, spec: str, header: str) -> str:
 
 
 def table(levels: list[dict]) -> list[str]:
-    headers = ["load", "target", *(name for name, _, _ in COLUMNS)]
+    """One row per level; with several rounds (bench-llm --rounds) each figure is their median and
+    a last column gives every round's output tokens/s."""
+    by_round = any(len(level.get("rounds", ())) > 1 for level in levels)
+    headers = ["load", "target", *(name for name, _, _ in COLUMNS), *(["out tok/s by round"] if by_round else [])]
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     for level in levels:
         cells = [level["label"], level["target"], *(_cell(level, key, spec, name) for name, key, spec in COLUMNS)]
+        if by_round:
+            cells.append(", ".join(f"{value:.1f}" for value in level.get("rounds", [level["output_tokens_per_s"]])))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -61,6 +66,15 @@ def _ratio(a: float | None, b: float | None) -> str:
     if b == 0:
         return "inf" if a > 0 else "-"
     return f"{a / b:.2f}x"
+
+
+def _tokens_ratio(a: dict, b: dict) -> str:
+    """a's output tokens/s over b's; with rounds (bench-llm --rounds), each round's ratio after it."""
+    ratio = _ratio(a["output_tokens_per_s"], b["output_tokens_per_s"])
+    mine, theirs = a.get("rounds", []), b.get("rounds", [])
+    if len(mine) > 1 and len(mine) == len(theirs):
+        ratio += " (by round: " + ", ".join(_ratio(x, y) for x, y in zip(mine, theirs)) + ")"
+    return ratio
 
 
 def variant_suffixes(levels: list[dict]) -> list[str]:
@@ -96,13 +110,13 @@ def _comparisons(levels: list[dict], suffix: str) -> list[str]:
                 f"- {streams} streams{suffix}: {goodput}; {ttft} (target: goodput >= 3x request and >= 5x none, TTFT p99 3x lower)"
             )
         if it and llama:
-            tokens = _ratio(it["output_tokens_per_s"], llama["output_tokens_per_s"])
+            tokens = _tokens_ratio(it, llama)
             lines.append(f"- {streams} streams: {ours}'s output tokens/s are {tokens} llama-server's (target: >= 1x)")
     for streams in sorted({lv["load"] for lv in levels if lv["kind"] == "closed"}):
         inside, alone, native = (find(levels, name, "closed", streams) for name in ("vllm", "vllm-server", ITERATION + suffix))
         label = (inside or alone or native or {}).get("label", f"{streams:g} streams")
         if inside and alone and not suffix:
-            tokens = _ratio(inside["output_tokens_per_s"], alone["output_tokens_per_s"])
+            tokens = _tokens_ratio(inside, alone)
             ttft = _ratio(inside["ttft_p99_ms"], alone["ttft_p99_ms"])
             lines.append(
                 f"- {label}: vLLM inside Triton's output tokens/s are {tokens} vLLM's own server's, its TTFT p99 {ttft} "
@@ -110,21 +124,21 @@ def _comparisons(levels: list[dict], suffix: str) -> list[str]:
             )
         goal = " (target at 16 and 32 streams: >= 1.2x)" if streams in (16, 32) else ""
         if native and inside:
-            tokens = _ratio(native["output_tokens_per_s"], inside["output_tokens_per_s"])
+            tokens = _tokens_ratio(native, inside)
             lines.append(f"- {label}: our engine's ({ours}) output tokens/s are {tokens} vLLM's inside Triton{goal}")
         if native and alone:
-            tokens = _ratio(native["output_tokens_per_s"], alone["output_tokens_per_s"])
+            tokens = _tokens_ratio(native, alone)
             lines.append(f"- {label}: our engine's ({ours}) output tokens/s are {tokens} vLLM's own server's{goal}")
         in_process = find(levels, "engine-loop" + suffix, "closed", streams)
         if native and in_process:
-            tokens = _ratio(native["output_tokens_per_s"], in_process["output_tokens_per_s"])
+            tokens = _tokens_ratio(native, in_process)
             lines.append(
                 f"- {label}: our engine served through Triton ({ours}) gives {tokens} the output tokens/s of the same engine "
                 f"in process (engine-loop{suffix}; what the Triton path costs it; target at 1 and 16 streams: >= 0.9x)"
             )
     it, llama = find(levels, ITERATION + suffix, "closed", 1), find(levels, "llama-server", "closed", 1)
     if it and llama:
-        tokens, tpot = _ratio(it["output_tokens_per_s"], llama["output_tokens_per_s"]), _ratio(it["tpot_p50_ms"], llama["tpot_p50_ms"])
+        tokens, tpot = _tokens_ratio(it, llama), _ratio(it["tpot_p50_ms"], llama["tpot_p50_ms"])
         lines.append(f"- 1 stream: {ours}'s output tokens/s are {tokens} llama-server's, its TPOT p50 {tpot} theirs (target: <= 1x)")
     return lines
 
@@ -135,7 +149,7 @@ def render_markdown(report: dict) -> str:
     lines = [
         "# bench-llm: the LLM engines on Triton and beside it under one seeded streaming load",
         "",
-        f"- Date: {report['date']}; runs: {report['runs']} (one pass per target, targets one after another)",
+        f"- Date: {report['date']}; {_runs(report['runs'])}",
         f"- CPU: {cpu_summary(report['cpu'])}; load average at the start: {report.get('load_average', '-')}",
         f"- Workload: {report['workload']['description']}; mean prompt {report['workload']['mean_prompt_tokens']:.0f} tokens, "
         f"mean output {report['workload']['mean_output_tokens']:.0f} tokens; the same requests for every target",
@@ -220,6 +234,15 @@ def write_report(report: dict, folder: Path) -> list[Path]:
     paths[1].write_text(render_markdown(report))
     plot(report, paths[2])
     return paths
+
+
+def _runs(rounds: int) -> str:
+    if rounds <= 1:
+        return "runs: 1 (one pass per target, targets one after another)"
+    return (
+        f"runs: {rounds} rounds (every target in each, in turn, the order reversed every other round); "
+        "each figure is the median of the rounds' (of two: their mean)"
+    )
 
 
 def _warmup(settings: dict) -> str:
