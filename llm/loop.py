@@ -4,13 +4,17 @@ Callers (the Triton model's `execute`, benchmarks) only `submit`, `cancel` and r
 `snapshot`; everything else happens on the engine thread, so the core and its scheduler stay
 single-threaded and pure. What a step does is EngineCore's (llm/core.py); this module owns
 the thread, the inbox, waking up, asking clients whether they left, and delivering each
-output to its request's callback. Callbacks run on the engine thread: a slow callback slows
-every stream, and one that raises ends only its own request. `run_one_step` is the step
+output to its request's callback. Given `ask_off_thread` (the Triton model passes its sending
+thread), the routine questions whether a client left are asked there, not on the engine thread:
+in Triton each is an IPC round trip the engine thread otherwise sat through between steps.
+Callbacks run on the engine thread: a slow callback slows every stream, and one that raises
+ends only its own request. `run_one_step` is the step
 itself, callable without the thread for deterministic tests.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -68,6 +72,7 @@ class EngineLoop:
         observer: LoopObserver | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        ask_off_thread: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.core = EngineCore(executor, config, tokenizer, observer, clock=clock)
         self.executor = executor
@@ -77,6 +82,9 @@ class EngineLoop:
         self._cv = threading.Condition()
         self._inbox: deque[_Submission] = deque()
         self._cancels: set[str] = set()
+        self._poll_errors: dict[str, str] = {}  # request id -> why asking its client failed (off-thread asks)
+        self._ask_off_thread = ask_off_thread
+        self._asking = threading.Event()  # set while a round of off-thread asks has not finished
         self._limits: SchedulerConfig | None = None  # step limits to apply before the next step
         self._open_ids: set[str] = set()  # submitted and not finished (guarded by _cv)
         self._clients: dict[str, _Client] = {}  # engine thread only: the core's open requests, in intake order
@@ -102,6 +110,7 @@ class EngineLoop:
         config: SchedulerConfig,
         tokenizer: Decoder,
         observer: LoopObserver | None = None,
+        ask_off_thread: Callable[[Callable[[], None]], None] | None = None,
     ) -> EngineLoop:
         """Build the executor on a new thread and run the loop on that same thread; returns the
         started loop, or raises what the build raised.
@@ -115,7 +124,7 @@ class EngineLoop:
 
         def engine_thread() -> None:
             try:
-                loop = cls(make_executor(), config, tokenizer, observer)
+                loop = cls(make_executor(), config, tokenizer, observer, ask_off_thread=ask_off_thread)
             except BaseException as error:  # handed to the caller, which re-raises it
                 built.put(error)
                 return
@@ -186,7 +195,7 @@ class EngineLoop:
                 if self.run_one_step():
                     continue
                 with self._cv:
-                    if self._stopping or self._inbox or self._cancels:
+                    if self._stopping or self._inbox or self._cancels or self._poll_errors:
                         continue
                     self._cv.wait(self._idle_timeout())
         except Exception:
@@ -221,6 +230,7 @@ class EngineLoop:
             self._inbox.clear()
             cancels = set(self._cancels)
             self._cancels.clear()
+            poll_errors, self._poll_errors = self._poll_errors, {}
             limits, self._limits = self._limits, None
         if limits is not None:
             self.core.set_step_limits(limits)
@@ -230,6 +240,9 @@ class EngineLoop:
         if cancels:
             for request_id in [request_id for request_id in self._clients if request_id in cancels]:
                 self._deliver([self.core.abort(request_id)])
+        for request_id, error in poll_errors.items():
+            if request_id in self._clients:
+                self._deliver([self.core.abort(request_id, "error", error=error)])
 
     def _poll_cancellations(self) -> None:
         """Ask every running request (at most every RUNNING_POLL_INTERVAL_S), the waiting ones
@@ -238,15 +251,24 @@ class EngineLoop:
         process; asking all of hundreds of waiting requests every step is what a flood of streams
         turned into a stream of IPC calls that crashed the Python backend. A running request holds
         blocks and a batch slot, so it is asked on its first step and then every interval (at
-        ~100 ms steps, every step or two); one next in line is asked before it is admitted, so a
-        client that left costs no prefill (a flood whose clients all leave is retired in a step
-        or two, not by prefilling each of them); the rest cost nothing while they wait."""
+        ~100 ms steps, every step or two); one next in line is asked before it is admitted, here
+        on the engine thread, so a client that left costs no prefill (a flood whose clients all
+        leave is retired in a step or two, not by prefilling each of them); the rest cost nothing
+        while they wait. With `ask_off_thread` the running and in-turn questions go there and an
+        answer ends its request at the next step; while a round is still being asked no new one
+        starts, so the questions never queue up behind slow answers."""
         now = self._clock()
+        off_thread = self._ask_off_thread is not None
+        routine = not (off_thread and self._asking.is_set())
+        asks: list[str] = []  # the routine questions of this step, for the other thread
         polled_at = self._running_polled_at
-        for seq in list(self.scheduler.running):
+        for seq in list(self.scheduler.running) if routine else ():
             if now - polled_at.get(seq.request_id, float("-inf")) >= RUNNING_POLL_INTERVAL_S:
                 polled_at[seq.request_id] = now
-                self._ask_if_cancelled(seq.request_id)
+                if off_thread:
+                    asks.append(seq.request_id)
+                else:
+                    self._ask_if_cancelled(seq.request_id)  # an answer frees its slot for the next in line
         asked: set[str] = set()
         free_slots = self.scheduler.max_batch - len(self.scheduler.running)
         for seq in list(self.scheduler.waiting):
@@ -257,14 +279,37 @@ class EngineLoop:
                 if self._ask_if_cancelled(seq.request_id):
                     continue
             free_slots -= 1
-        skip = asked | {seq.request_id for seq in self.scheduler.running}
-        waiting = [request_id for request_id, client in self._clients.items() if client.is_cancelled is not None and request_id not in skip]
-        if waiting:
-            start = self._waiting_poll_cursor % len(waiting)
-            count = min(WAITING_POLLS_PER_STEP, len(waiting))
-            for request_id in [waiting[(start + i) % len(waiting)] for i in range(count)]:
-                self._ask_if_cancelled(request_id)
-            self._waiting_poll_cursor = start + count
+        if routine:
+            skip = asked | {seq.request_id for seq in self.scheduler.running}
+            waiting = [rid for rid, client in self._clients.items() if client.is_cancelled is not None and rid not in skip]
+            if waiting:
+                start = self._waiting_poll_cursor % len(waiting)
+                count = min(WAITING_POLLS_PER_STEP, len(waiting))
+                for request_id in [waiting[(start + i) % len(waiting)] for i in range(count)]:
+                    if off_thread:
+                        asks.append(request_id)
+                    else:
+                        self._ask_if_cancelled(request_id)
+                self._waiting_poll_cursor = start + count
+        questions = [(rid, client.is_cancelled) for rid in asks if (client := self._clients.get(rid)) and client.is_cancelled]
+        if questions:
+            self._asking.set()
+            self._ask_off_thread(functools.partial(self._ask_round, questions))  # type: ignore[misc]
+
+    def _ask_round(self, questions: list[tuple[str, Callable[[], bool]]]) -> None:
+        """Off the engine thread: ask each client; one that left is cancelled, one whose question
+        failed is ended with an error, both at the engine's next step."""
+        try:
+            for request_id, is_cancelled in questions:
+                try:
+                    if is_cancelled():
+                        self.cancel(request_id)
+                except Exception as exc:
+                    with self._cv:
+                        self._poll_errors[request_id] = f"is_cancelled failed: {exc}"
+                        self._cv.notify()
+        finally:
+            self._asking.clear()
 
     def _ask_if_cancelled(self, request_id: str) -> bool:
         """Retire the request if its client went away; returns whether it was retired."""

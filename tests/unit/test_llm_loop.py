@@ -51,13 +51,14 @@ class Recorder:
         return finals[0]
 
 
-def make_loop(config: SchedulerConfig | None = None, **executor_options) -> tuple[EngineLoop, FakeExecutor, Recorder, Clock]:
+def make_loop(
+    config: SchedulerConfig | None = None, ask_off_thread=None, **executor_options
+) -> tuple[EngineLoop, FakeExecutor, Recorder, Clock]:
     executor = FakeExecutor(**executor_options)
     recorder = Recorder()
     clock = Clock()
-    loop = EngineLoop(
-        executor, config or SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32), FakeTokenizer(), recorder, clock=clock
-    )
+    config = config or SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32)
+    loop = EngineLoop(executor, config, FakeTokenizer(), recorder, clock=clock, ask_off_thread=ask_off_thread)
     return loop, executor, recorder, clock
 
 

@@ -11,8 +11,9 @@ The native adapter below is thin: execute() submits each request to the one Engi
 returns at once; the engine thread runs the iteration-level scheduler and calls back with each
 step's output, which becomes zero or more responses (llm/serving/responses.py) queued to one
 sending thread (llm/serving/send_queue.py), so the engine never waits on a send.
-`response_sender.is_cancelled` is polled by the loop once per step, so a client that
-disconnects frees its KV blocks within a step. Knobs come from the config's `parameters`
+`response_sender.is_cancelled` is asked by the loop (each running request every 100 ms, a
+waiting one before it is admitted), the routine questions on that same sending thread, so a
+client that disconnects frees its KV blocks within a step or two. Knobs come from the config's `parameters`
 (llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
 `make export`, whose manifest must record a passed parity gate for the format served (weights and
 dtype). A request whose parameters carry `llm_control` (and the control key) changes the token
@@ -85,12 +86,21 @@ class NativeServing:
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.metrics = LlmMetrics(pb_utils, labels) if hasattr(pb_utils, "MetricFamily") else None
         engine_config = self.engine_config
-        self.loop = EngineLoop.launch(
-            lambda: LlamaExecutor.from_checkpoint(folder, engine_config), self.scheduler_config, self.tokenizer, observer=self.metrics
-        )
+        # responses, and the loop's routine cancellation questions: IPC round trips off the engine thread
+        self.sends = SendQueue()
+        try:
+            self.loop = EngineLoop.launch(
+                lambda: LlamaExecutor.from_checkpoint(folder, engine_config),
+                self.scheduler_config,
+                self.tokenizer,
+                observer=self.metrics,
+                ask_off_thread=self.sends.put,
+            )
+        except BaseException:
+            self.sends.close()  # a failed load leaves no thread behind
+            raise
         self.max_model_len = self.loop.executor.max_model_len
         self.engine_config = self.loop.executor.config  # with `attention: auto` resolved too, for the log below
-        self.sends = SendQueue()  # after the load: a failed one leaves no thread behind
         for name, reason in self.loop.executor.adapter_errors.items():
             pb_utils.Logger.log_error(f"llm: LoRA adapter {name!r} is not served (the others are): {reason}")
         if self.metrics is not None:
