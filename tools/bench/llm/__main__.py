@@ -206,6 +206,10 @@ def variant_plan(plan: Plan, variant: EngineVariant) -> Plan:
     return dataclasses.replace(plan, concurrency=variant.concurrency, rates=())
 
 
+def engine_loop_target(variant: EngineVariant) -> EngineLoopTarget:
+    return EngineLoopTarget(overrides=variant.knobs, name=variant.target_name(ENGINE_LOOP))
+
+
 def selected_targets(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [name for name in names if name not in TARGET_NAMES]
@@ -263,11 +267,14 @@ def run_bench(args: argparse.Namespace) -> dict:
                     for variant in variants:
                         targets.append(ModeTarget(name, control, grpc_url, variant=variant, base=base))
                         plans[targets[-1].name] = variant_plan(plan, variant)
+                        if name == "iteration" and ENGINE_LOOP in names:  # its twin in process right after it:
+                            targets.append(engine_loop_target(variant))  # the pair lies minutes apart, not a round
+                            plans[targets[-1].name] = variant_plan(plan, variant)
                 elif name == VLLM:
                     targets.append(VllmTarget(control, grpc_url))
-        if ENGINE_LOOP in names:
+        if ENGINE_LOOP in names and not any(isinstance(target, EngineLoopTarget) for target in targets):
             for variant in variants:
-                targets.append(EngineLoopTarget(overrides=variant.knobs, name=variant.target_name(ENGINE_LOOP)))
+                targets.append(engine_loop_target(variant))
                 plans[targets[-1].name] = variant_plan(plan, variant)
         if VLLM_SERVER in names:
             targets.append(VllmServerTarget(MODEL_REPOSITORY / MODEL / "1" / HF_FOLDER, args.vllm_config, args.vllm_python))
