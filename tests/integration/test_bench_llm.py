@@ -66,3 +66,28 @@ def test_the_harness_drives_our_engine_in_process_with_the_committed_knobs(tmp_p
     (level,) = report["levels"]
     assert level["completed"] == level["requests"] >= 2 and 2 <= level["mean_tokens_out"] <= 6
     assert level["mean_tokens_in"] is not None and level["ttft_p50_ms"] is not None and level["tpot_p50_ms"] is not None
+
+
+def test_rounds_measure_the_served_engine_beside_its_in_process_twin_and_merge_per_level(llm_triton, tmp_path) -> None:
+    """--rounds 2: every target twice, each served set followed by its in-process twin, one row per
+    level holding both rounds' figures, and the server's config restored afterwards."""
+    server = llm_triton
+    before: ModelConfig = server.client.config(MODEL)
+    args = [
+        *("--url", server.options.http_url, "--grpc-url", server.options.grpc_url),
+        *(("--admin-key", server.admin_key) if server.admin_key else ()),
+        *("--targets", "iteration,engine-loop", "--concurrency", "2", "--rates", "", "--seconds", "1", "--warmup", "0"),
+        *("--drain", "120", "--rounds", "2", "--set", "max_num_seqs=3"),
+        *("--prompt-lengths", "8-24", "--output-lengths", "2-6", "--requests", "8", "--out", str(tmp_path / "report"), "-q"),
+    ]
+    assert run(args) == 0
+    report = json.loads((tmp_path / "report" / "bench-llm.json").read_text())
+    assert report["runs"] == 2
+    assert [t["name"] for t in report["targets"]] == ["llm iteration", "engine-loop"]
+    assert [level["target"] for level in report["levels"]] == ["llm iteration", "engine-loop"]  # one row per level
+    for level in report["levels"]:
+        assert len(level["rounds"]) == 2 and all(tokens > 0 for tokens in level["rounds"]), level
+        assert level["completed"] == level["requests"] >= 4, level  # both rounds' requests, every one answered
+    markdown = (tmp_path / "report" / "bench-llm.md").read_text()
+    assert "runs: 2 rounds" in markdown and "(by round: " in markdown
+    assert server.client.config(MODEL) == before
