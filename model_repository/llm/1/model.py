@@ -13,8 +13,8 @@ step's output, which becomes zero or more responses (llm/serving/responses.py) q
 sending thread (llm/serving/send_queue.py), so the engine never waits on a send.
 `response_sender.is_cancelled` is asked by the loop (each running request every 100 ms, a
 waiting one before it is admitted), the routine questions on that same sending thread, so a
-client that disconnects frees its KV blocks within a step or two. Knobs come from the config's `parameters`
-(llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
+client that disconnects frees its KV blocks within a step or two. Knobs come from the config's
+`parameters` (llm/serving/knobs.py); the checkpoint and tokenizer files are the version folder's, written by
 `make export`, whose manifest must record a passed parity gate for the format served (weights and
 dtype). A request whose parameters carry `llm_control` (and the control key) changes the token
 budget or max-wait live instead of generating (llm/serving/control.py; tools.adapt --model llm
