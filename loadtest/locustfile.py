@@ -16,6 +16,7 @@ grpc_gevent.init_gevent()
 from locust import events  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
+from loadtest import final_reports  # noqa: E402
 from loadtest.latency import SuccessLatency  # noqa: E402
 from loadtest.options import add_load_options, graceful_stop_timeout  # noqa: E402
 from loadtest.shapes import SelectedShape  # noqa: E402, F401 - locust picks the shape up from this module
@@ -47,7 +48,9 @@ def _on_init(environment, **_) -> None:
         environment.events.report_to_master.add_listener(lambda data, **_: data.__setitem__(REPORT_KEY, success_latency.take_report()))
     elif isinstance(environment.runner, MasterRunner):
         environment.events.worker_report.add_listener(lambda data, **_: success_latency.merge_report(data.get(REPORT_KEY, [])))
-    # The workers' final reports reach the master after its test_stop: write again at the very end.
+    # The master waits for every worker's last calls before it stops counting.
+    final_reports.install(environment)
+    # A worker that missed that wait may still report as it quits: write again at the very end.
     environment.events.quit.add_listener(lambda **_: _write(environment))
     environment.stop_timeout = graceful_stop_timeout(environment.stop_timeout, float(environment.parsed_options.client_timeout_s))
 

@@ -1,5 +1,5 @@
 """Locust run distributed (`--processes 2`) against the real Triton: the master's verdict
-sees the workers' successful requests."""
+sees the workers' successful requests, the calls still in flight as the run ends among them."""
 
 from __future__ import annotations
 
@@ -16,9 +16,19 @@ from tools.triton_client import TritonClient
 pytestmark = pytest.mark.integration
 
 
-def test_a_run_with_worker_processes_judges_every_successful_request(triton: ServerOptions, tmp_path) -> None:
-    command = [sys.executable, "-m", "loadtest.run", "--no-start", "--run-time", "6", "--users", "4", "--report-dir", str(tmp_path)]
-    command += ["--triton-http-url", triton.http_url, "--triton-grpc-url", triton.grpc_url, "--interactive-weight", "1"]
+# Both user classes; then only bulk users with 32 texts each, so 8 users keep calls of a second
+# or more in flight as the run ends (whose results reach the master only after locust's own
+# 0.5 s wait for final reports: loadtest/final_reports.py).
+LOADS = {
+    "mixed": ["--users", "4", "--interactive-weight", "1"],
+    "slow calls at the end": ["--users", "8", "--interactive-weight", "0", "--bulk-texts", "32"],
+}
+
+
+@pytest.mark.parametrize("load", list(LOADS.values()), ids=list(LOADS))
+def test_a_run_with_worker_processes_judges_every_successful_request(triton: ServerOptions, tmp_path, load: list[str]) -> None:
+    command = [sys.executable, "-m", "loadtest.run", "--no-start", "--run-time", "6", "--report-dir", str(tmp_path), *load]
+    command += ["--triton-http-url", triton.http_url, "--triton-grpc-url", triton.grpc_url]
     # Generous SLOs: this test checks the machinery, not this (shared, noisy) machine's speed.
     command += ["--slo-interactive-p95-ms", "20000", "--slo-interactive-p99-ms", "20000", "--slo-bulk-p95-ms", "30000"]
     command += ["--slo-bulk-p99-ms", "30000", "--", "--processes", "2"]
