@@ -49,22 +49,23 @@ class Master:
         self.reports.finished(msg=SimpleNamespace(type=CALLS_FINISHED, node_id=client_id))
 
 
-def test_the_master_goes_on_once_every_worker_has_reported_its_last_calls() -> None:
+def test_the_master_goes_on_once_every_worker_has_reported_its_last_calls(monkeypatch) -> None:
+    monkeypatch.setattr(final_reports, "REPLY_MARGIN_S", 60.0)
     master = Master({"a": 0.05, "b": 0.3})
     started = time.monotonic()
     master.reports.collect()
     waited = time.monotonic() - started
     assert sorted(master.sent) == [(FINISH_CALLS, "a"), (FINISH_CALLS, "b")]
-    assert 0.25 <= waited < 2.0  # the slower worker's answer, not the deadline (stop timeout + margin)
+    assert 0.3 <= waited < 30.0  # the slower worker's answer, not the deadline (stop timeout + margin)
     assert master.reports.waiting == set()
 
 
 def test_a_missing_worker_is_not_asked_and_not_waited_for() -> None:
-    master = Master({"a": 0.05, "gone": None}, missing=("gone",), stop_timeout=30.0)
+    master = Master({"a": 0.05, "gone": None}, missing=("gone",), stop_timeout=60.0)
     started = time.monotonic()
     master.reports.collect()
     assert master.sent == [(FINISH_CALLS, "a")]
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 30.0  # not the deadline (60 s and the margin)
 
 
 def test_a_silent_worker_is_named_once_the_stop_timeout_and_margin_have_passed(monkeypatch, caplog) -> None:
@@ -73,7 +74,7 @@ def test_a_silent_worker_is_named_once_the_stop_timeout_and_margin_have_passed(m
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger=final_reports.__name__):
         master.reports.collect()
-    assert 0.5 <= time.monotonic() - started < 2.5
+    assert 0.5 <= time.monotonic() - started < 10.0  # the deadline: stop timeout + margin
     assert master.reports.waiting == {"silent"}
     assert "silent" in caplog.text and "'a'" not in caplog.text
 
