@@ -174,6 +174,8 @@ class EngineConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (bfloat16 where the hardware has a fast bf16 path: llm.engine.precision)
     weights: str = "dense"  # dense (in dtype) | int8 (per output channel) | int4 (per 32 inputs): weight-only, CPU (llm.engine.linear)
     attention: str = "auto"  # decode attention: paged (our C++ kernel, in place) | padded (gathered SDPA) | auto (llm.engine.attention)
+    # dense bfloat16 products: amx (our AMX kernel) | onednn (torch's) | auto (amx where it runs: llm.engine.linear)
+    dense_kernel: str = "auto"
     compile_decode: bool = False  # decode-only steps as one torch.compile'd graph (llm.engine.compiled_decode); compiles at load
     block_size: int = 16  # tokens per KV block
     kv_cache_bytes: int = 2**30  # KV memory budget, preallocated as blocks (1 GiB)
@@ -183,6 +185,6 @@ class EngineConfig:
     # products may then round differently, so a request's tokens can depend on the machine's load
     adaptive_threads: bool = False
     # every row's bits independent of what shares its step (bfloat16 products in blocks of 32 rows on oneDNN,
-    # llm.engine.linear); false: one product per layer however wide the step, faster for prompt chunks
+    # llm.engine.linear; our AMX products always are); false: one oneDNN product per layer however wide the step
     batch_invariant: bool = True
     max_lora_rank: int = 16  # the largest LoRA rank an adapter may have (vLLM's max_lora_rank); the slots are this wide

@@ -16,6 +16,7 @@ from llm.engine.attention import resolve_attention
 from llm.engine.checkpoint import LlamaDims, load_checkpoint
 from llm.engine.compiled_decode import CompiledDecode, decode_inputs, is_decode_only
 from llm.engine.kv_cache import PagedKVCache
+from llm.engine.linear import resolve_dense_kernel
 from llm.engine.lora import LoraSlots, read_adapters
 from llm.engine.model import LlamaModel
 from llm.engine.precision import DTYPES, resolve_dtype
@@ -40,7 +41,8 @@ class LlamaExecutor:
         self.device = torch.device(config.device)
         self.dtype = DTYPES[config.dtype]
         attention, paged_kernel = resolve_attention(config.attention, self.device, self.dtype, dims.head_dim)
-        config = dataclasses.replace(config, attention=attention)
+        dense_kernel = resolve_dense_kernel(config.dense_kernel, self.device, self.dtype, compiled=config.compile_decode)
+        config = dataclasses.replace(config, attention=attention, dense_kernel=dense_kernel)
         self.dims, self.config = dims, config
         self.adapter_errors: dict[str, str] = {}  # LoRA adapters listed but not loaded: name -> reason
         self.max_model_len = min(config.max_model_len, dims.max_position_embeddings)
@@ -55,6 +57,7 @@ class LlamaExecutor:
             prepack=not config.compile_decode,
             paged_attention=paged_kernel,
             batch_invariant=config.batch_invariant,
+            dense_kernel=dense_kernel,
         )
         self.cache = PagedKVCache(dims, config.block_size, config.kv_cache_bytes, self.dtype, self.device)
         self.block_size = config.block_size

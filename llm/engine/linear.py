@@ -10,10 +10,16 @@ the float checkpoint, with no randomness: the same checkpoint gives the same wei
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
+from llm.engine.kernels.load import KernelUnavailable, load_kernels
+
+logger = logging.getLogger(__name__)
 
 WEIGHT_FORMATS = ("dense", "int8", "int4")
 INT4_GROUP = 32  # input columns per int4 scale and zero
@@ -28,25 +34,38 @@ class Linear(Protocol):
 
 class DenseLinear:
     """The weight in the compute dtype (the checkpoint's values, converted). On the CPU a
-    bfloat16 weight is handed to oneDNN prepacked once at load (its blocked layout), instead of
-    being reordered inside every product: the same logits, and decode steps 1.2-1.3x faster on
-    the Zen 4 EPYC (paired steps, 1-16 sequences; 1.01-1.13x on the AMX Xeon). float32 stays
-    on the plain product (MKL's), where nothing was measured to gain. `prepack=False` for the
-    compiled decode graph: inductor cannot lower oneDNN's product over a packed weight that is a
-    graph input (and through an opaque custom op its logits came out wrong)."""
+    bfloat16 weight is packed once at load for the product that runs it: our AMX kernel when
+    `amx` (the dense_kernel knob; llm/engine/kernels/amx_linear.cpp: 1.2-2.1x oneDNN's speed
+    from 1 to 32 rows, and every row's bits independent of the batch at any size), else
+    oneDNN's blocked layout (decode steps 1.2-1.3x faster on the Zen 4 EPYC than reordering inside every
+    product). float32 stays on the plain product (MKL's), where nothing was measured to gain.
+    `prepack=False` for the compiled decode graph: inductor cannot lower oneDNN's product over
+    a packed weight that is a graph input (and through an opaque custom op its logits came out
+    wrong)."""
 
     def __init__(
-        self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device, prepack: bool = True, batch_invariant: bool = True
+        self,
+        weight: torch.Tensor,
+        dtype: torch.dtype,
+        device: torch.device,
+        prepack: bool = True,
+        batch_invariant: bool = True,
+        amx: bool = False,
     ) -> None:
         weight = weight.to(device=device, dtype=dtype).contiguous()
         self.weight: torch.Tensor | None = weight
         # rows per product: INVARIANT_BLOCK keeps each row's bits whatever the batch; otherwise all at once
         self.block = INVARIANT_BLOCK if batch_invariant else None
-        self.packed: torch.Tensor | None = None
-        if prepack and prepacks(dtype, device):
+        self.packed: torch.Tensor | None = None  # oneDNN's layout
+        self.amx_packed: torch.Tensor | None = None  # ours (amx_linear.cpp)
+        if prepack and amx and amx_fits(weight, dtype):
+            self.amx_packed, self.weight = torch.ops.llm_kernels.amx_pack(weight), None
+        elif prepack and prepacks(dtype, device):
             self.packed, self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, PREPACK_ROWS), None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.amx_packed is not None:
+            return torch.ops.llm_kernels.amx_linear(x if x.stride(-1) == 1 else x.contiguous(), self.amx_packed)
         if self.packed is None:
             return F.linear(x, self.weight)
         rows, block = x.shape[0], self.block
@@ -79,6 +98,56 @@ INVARIANT_ROWS = 16
 # and in another from 48 rows: a row's bits changed in every batch of more than 32 rows. Products
 # of more rows run as blocks of 32, each padded as above (docs/decisions/llm-bf16-invariant-rows.md).
 INVARIANT_BLOCK = 32
+
+
+# The dense_kernel knob: which product runs dense bfloat16 weights on the CPU.
+DENSE_KERNELS = ("auto", "amx", "onednn")
+AMX_COLUMNS, AMX_DEPTH = 16, 32  # the packing's multiples: output features, input features
+
+
+@functools.cache
+def amx_unavailable(device: torch.device) -> str | None:
+    """Why our AMX product cannot run on `device` (None: it can): the CPU lacks AMX, Linux
+    refuses the tile state, or the kernel library does not build."""
+    if device.type != "cpu":
+        return f"it runs on the CPU, not {device}"
+    try:
+        load_kernels("amx_linear", device)
+    except KernelUnavailable as error:
+        return str(error)
+    if not torch.ops.llm_kernels.amx_available():
+        return "this CPU has no AMX bfloat16 products (amx-tile, amx-bf16), or Linux does not let this process use them"
+    return None
+
+
+def resolve_dense_kernel(choice: str, device: torch.device, dtype: torch.dtype, compiled: bool = False) -> str:
+    """`amx` or `onednn` for the dense_kernel knob's value. `auto` takes ours where it runs
+    (bfloat16 on a CPU with AMX, eager steps) and torch's elsewhere; an explicit `amx` that
+    cannot run raises KernelUnavailable naming why. `compiled`: the decode runs as one compiled
+    graph, whose products are torch's."""
+    if choice not in DENSE_KERNELS:
+        raise ValueError(f"dense_kernel {choice!r} is not one of {list(DENSE_KERNELS)}")
+    if choice == "onednn":
+        return "onednn"
+    why = (
+        "the compiled decode graph runs torch's products"
+        if compiled
+        else f"it takes bfloat16 weights, not {dtype}"
+        if dtype != torch.bfloat16
+        else amx_unavailable(device)
+    )
+    if why is None:
+        return "amx"
+    if choice == "amx":
+        raise KernelUnavailable(f"dense_kernel amx cannot run: {why}")
+    return "onednn"
+
+
+def amx_fits(weight: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether our AMX product takes `weight` [out, in]: bfloat16 in a shape the packing takes
+    (other layers of the model stay on oneDNN)."""
+    rows, columns = weight.shape
+    return dtype == torch.bfloat16 and rows % AMX_COLUMNS == 0 and columns % AMX_DEPTH == 0
 
 
 def prepacks(dtype: torch.dtype, device: torch.device) -> bool:
@@ -154,15 +223,22 @@ FORMATS: dict[str, type[DenseLinear] | type[Int8Linear] | type[Int4Linear]] = {
 
 
 def make_linear(
-    weight: torch.Tensor, weights: str, dtype: torch.dtype, device: torch.device, prepack: bool = True, batch_invariant: bool = True
+    weight: torch.Tensor,
+    weights: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    prepack: bool = True,
+    batch_invariant: bool = True,
+    dense_kernel: str = "onednn",
 ) -> Linear:
     """A linear layer over `weight` [out, in] in format `weights` (one of WEIGHT_FORMATS);
-    `prepack`: whether a dense one may be handed to oneDNN prepacked; `batch_invariant`: whether
-    its products keep each row's bits whatever the batch (DenseLinear; the quantised kernels do)."""
+    `prepack`: whether a dense one may be packed at load; `batch_invariant`: whether its products
+    keep each row's bits whatever the batch (DenseLinear; the quantised kernels and ours do);
+    `dense_kernel`: a resolved dense_kernel (resolve_dense_kernel), `amx` or `onednn`."""
     if weights not in FORMATS:
         raise ValueError(f"weights {weights!r} is not one of {', '.join(WEIGHT_FORMATS)}")
     if weights != "dense" and device.type != "cpu":
         raise ValueError(f"weights {weights!r} runs on the CPU only (torch's weight-only kernels); use weights dense on {device.type}")
     if weights == "dense":
-        return DenseLinear(weight, dtype, device, prepack, batch_invariant)
+        return DenseLinear(weight, dtype, device, prepack, batch_invariant, amx=dense_kernel == "amx")
     return FORMATS[weights](weight, dtype, device)

@@ -88,13 +88,14 @@ class LlamaModel:
         paged_attention: PagedDecodeAttention | None = None,
         fused_rows: bool = True,
         batch_invariant: bool = True,
+        dense_kernel: str = "onednn",
     ) -> None:
         self.dims, self.dtype, self.device, self.weights = dims, dtype, device, weights
         self.paged_attention = paged_attention  # None: padded SDPA per decode group
         self.rows: RowOps = row_ops_for(device, dtype, dims.rms_norm_eps, fused_rows)  # norms, SwiGLU, rotary + KV writes
 
         def weight(name: str) -> Linear:
-            return make_linear(tensors[name], weights, dtype, device, prepack, batch_invariant)
+            return make_linear(tensors[name], weights, dtype, device, prepack, batch_invariant, dense_kernel)
 
         def norm(name: str) -> torch.Tensor:
             return tensors[name].to(device=device, dtype=torch.float32).contiguous()
@@ -104,7 +105,7 @@ class LlamaModel:
             head = self.embed if weights == "dense" else tensors["embed.weight"]
         else:
             head = tensors["lm_head.weight"]
-        self.lm_head = make_linear(head, weights, dtype, device, prepack, batch_invariant)
+        self.lm_head = make_linear(head, weights, dtype, device, prepack, batch_invariant, dense_kernel)
         self.norm = norm("norm.weight")
         self.layers = [
             LayerWeights(

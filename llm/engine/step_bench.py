@@ -1,6 +1,7 @@
 """Step times of the engine alone: pure decode at several batch sizes and one prefill.
 
-`python -m llm.engine.step_bench [--checkpoint model_repository/llm/1] [--dtype auto] [--weights int4] [--attention padded]`
+`python -m llm.engine.step_bench [--checkpoint model_repository/llm/1] [--dtype auto] [--weights int4]
+[--attention padded] [--dense-kernel onednn]`
 prints milliseconds per step and the output tokens/s a decode step implies; the serving
 loop adds the scheduler and sampling on top, so this is the engine's ceiling. `--profile N`
 adds torch.profiler's table of the N operators that took the most time at each batch size.
@@ -18,7 +19,7 @@ import torch
 from llm.contract import EngineConfig, ScheduledChunk
 from llm.engine.attention import ATTENTION_CHOICES
 from llm.engine.executor import LlamaExecutor
-from llm.engine.linear import WEIGHT_FORMATS
+from llm.engine.linear import DENSE_KERNELS, WEIGHT_FORMATS
 
 
 def time_steps(executor: LlamaExecutor, chunks: list[ScheduledChunk], repeats: int) -> float:
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", default="dense", choices=WEIGHT_FORMATS, help="weight format (default: %(default)s)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--attention", default="auto", choices=ATTENTION_CHOICES, help="decode attention (default: %(default)s)")
+    parser.add_argument("--dense-kernel", default="auto", choices=DENSE_KERNELS, help="dense bfloat16 products (default: %(default)s)")
     parser.add_argument("--compile-decode", action="store_true", help="decode steps as one compiled graph (the compile_decode knob)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--context", type=int, default=256)
@@ -67,12 +69,14 @@ def main(argv: list[str] | None = None) -> None:
         weights=args.weights,
         compile_decode=args.compile_decode,
         attention=args.attention,
+        dense_kernel=args.dense_kernel,
     )
     executor = LlamaExecutor.from_checkpoint(args.checkpoint, config)
     compiled = f", decode compiled in {executor.compile_seconds:.0f} s" if args.compile_decode else ""
     threads = torch.get_num_threads()
     print(
         f"weights {args.weights}, {executor.config.dtype} on {args.device}, {executor.config.attention} attention, "
+        f"{executor.config.dense_kernel} dense products, "
         f"{threads} threads, context {args.context}{compiled}"
     )
     prefill = [ScheduledChunk(0, list(range(100, 100 + args.prefill)), 0, tuple(range(-(-args.prefill // block_size))), True)]

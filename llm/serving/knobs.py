@@ -31,6 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "dtype": ("float32", "bfloat16", "float16", "auto"),
     "weights": ("dense", "int8", "int4"),
     "attention": ("auto", "paged", "padded"),
+    "dense_kernel": ("auto", "amx", "onednn"),
 }
 # Knobs that may be 0 (everything else numeric must be positive).
 ZERO_ALLOWED = frozenset({"max_wait_ms", "num_threads"})

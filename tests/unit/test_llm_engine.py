@@ -170,3 +170,32 @@ def test_decodes_of_very_different_lengths_run_in_length_groups_and_match_each_s
     logits = executor.execute(chunks)
     for row, (seq, tokens) in enumerate(histories.items()):
         torch.testing.assert_close(logits[row], hf_logits(hf_model, tokens)[-1], atol=ATOL, rtol=0, msg=f"sequence {seq}")
+
+
+@pytest.mark.parametrize("batch_invariant", [True, False])
+def test_on_our_amx_products_a_sequence_gets_the_same_logits_alone_and_beside_others(batch_invariant):
+    """Every layer on the AMX kernel (widths that are multiples of 16 and 32), paged attention
+    and the fused row operators all compute each row alone: a decode's logits keep their bits
+    when other sequences decode and prefill in its step, with or without batch_invariant."""
+    from llm.engine.linear import amx_unavailable
+
+    why = amx_unavailable(torch.device("cpu"))
+    if why is not None:
+        pytest.skip(f"our AMX product cannot run here: {why}")
+    model = tiny_hf_llama(num_heads=8, intermediate_size=96, vocab_size=112)
+    executor = tiny_executor(model, 64, BLOCK, "bfloat16", attention="paged", dense_kernel="amx", batch_invariant=batch_invariant)
+    assert executor.config.dense_kernel == "amx"
+    assert all(layer.qkv.amx_packed is not None and layer.down.amx_packed is not None for layer in executor.model.layers)
+    assert executor.model.lm_head.amx_packed is not None
+    tokens = prompt(5, 10)
+    executor.execute([ScheduledChunk(0, tokens[:-1], 0, [0, 1, 2], False)])
+    alone = executor.execute([ScheduledChunk(0, tokens[-1:], len(tokens) - 1, [0, 1, 2], True)])
+    others = {seq: prompt(40 + seq, 3 + 2 * seq) for seq in range(1, 6)}
+    for seq, history in others.items():
+        executor.execute([ScheduledChunk(seq, history[:-1], 0, list(range(4 * seq, 4 * seq + 4)), False)])
+    crowd = [ScheduledChunk(seq, h[-1:], len(h) - 1, list(range(4 * seq, 4 * seq + 4)), True) for seq, h in others.items()]
+    crowd.insert(2, ScheduledChunk(0, tokens[-1:], len(tokens) - 1, [0, 1, 2], True))
+    crowd.append(ScheduledChunk(9, prompt(50, 37), 0, list(range(40, 50)), True))  # a prompt beside them
+    beside = executor.execute(crowd)
+    assert torch.equal(beside[2], alone[0])
+    torch.testing.assert_close(alone[0], hf_logits(model, tokens)[-1], atol=0.1, rtol=0)

@@ -108,3 +108,13 @@ def test_the_weights_choices_are_the_engine_formats() -> None:
     from llm.serving.knobs import CHOICES
 
     assert CHOICES["weights"] == WEIGHT_FORMATS
+
+
+def test_the_dense_kernel_choices_are_the_engines() -> None:
+    from llm.engine.linear import DENSE_KERNELS
+    from llm.serving.knobs import CHOICES
+
+    assert CHOICES["dense_kernel"] == DENSE_KERNELS
+    assert parse_knobs({"dense_kernel": "amx"})[1].dense_kernel == "amx"
+    with pytest.raises(KnobError, match="dense_kernel"):
+        parse_knobs({"dense_kernel": "mkl"})

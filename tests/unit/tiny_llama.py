@@ -51,6 +51,8 @@ def tiny_executor(
     weights: str = "dense",
     compile_decode: bool = False,
     attention: str = "auto",
+    dense_kernel: str = "auto",
+    batch_invariant: bool = True,
 ) -> LlamaExecutor:
     """Our engine over the same weights, with exactly `num_blocks` KV blocks."""
     dims = LlamaDims.from_hf_config(hf_model.config)
@@ -63,5 +65,7 @@ def tiny_executor(
         max_model_len=128,
         compile_decode=compile_decode,
         attention=attention,
+        dense_kernel=dense_kernel,
+        batch_invariant=batch_invariant,
     )
     return LlamaExecutor(dims, fuse_hf_state_dict(hf_model.state_dict(), dims), config)

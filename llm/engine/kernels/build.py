@@ -26,7 +26,7 @@ import torch.utils.cpp_extension
 SOURCE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = SOURCE_DIR.parents[2]
 BUILD_DIR = Path(os.environ.get("LLM_KERNELS_DIR", REPO_ROOT / "build" / "kernels"))
-KERNELS = ("paged_attention", "row_ops", "lora")
+KERNELS = ("paged_attention", "row_ops", "lora", "amx_linear")
 # The CPU features the code is compiled for (llm.engine.attention checks the CPU has them).
 REQUIRED_CPU_FLAGS = frozenset({"avx2", "fma", "f16c"})
 # -ffast-math for compiling only (vectorised exponentials, reassociated sums): linked with it, gcc

@@ -206,6 +206,7 @@ def _fit(executor, design: Design, checkpoint: Path, dtype: str, weights: str, l
         "dtype": dtype,
         "weights": weights,
         "attention": executor.config.attention,  # auto resolved: the paged kernel or padded SDPA
+        "dense_kernel": executor.config.dense_kernel,  # auto resolved: our AMX products or oneDNN's
         "threads": torch.get_num_threads(),
         "block_size": BLOCK_SIZE,
         "statistic": design.statistic,

@@ -92,7 +92,7 @@ def knobs_of(config: ModelConfig) -> dict[str, str]:
 def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
     """The engine knobs a cost model was measured with, for the live server to run the same
     engine: its thread count (a 2-thread engine on a crowded 2-core machine is not the
-    engine a 1-thread calibration measured), dtype, weight format and decode attention; on vLLM its dtype, KV block size and
+    engine a 1-thread calibration measured), dtype, weight format, decode attention and dense products; on vLLM its dtype, KV block size and
     compilation (vLLM takes its threads from the machine)."""
     if cost_engine.get("engine") == "vllm":
         return {key: str(cost_engine[key]).lower() if isinstance(cost_engine[key], bool) else str(cost_engine[key])
@@ -100,7 +100,7 @@ def engine_parameters(cost_engine: Mapping) -> dict[str, str]:
     parameters = {}
     if cost_engine.get("threads"):
         parameters["num_threads"] = str(cost_engine["threads"])
-    for key in ("dtype", "weights", "attention"):  # a model from before a knob measured its default
+    for key in ("dtype", "weights", "attention", "dense_kernel"):  # a model from before a knob measured its default
         if cost_engine.get(key):
             parameters[key] = str(cost_engine[key])
     return parameters
