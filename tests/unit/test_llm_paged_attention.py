@@ -143,3 +143,24 @@ def test_the_knob_resolves_to_what_can_run(kernel, caplog):
         resolve_attention("paged", torch.device("cuda"), torch.bfloat16, HEAD_DIM)
     with pytest.raises(ValueError, match="'flash'"):
         resolve_attention("flash", cpu, torch.float32, HEAD_DIM)
+
+
+@pytest.mark.parametrize("group", [1, 7])  # query heads per KV head: one, and more than a register tile holds
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_query_head_of_a_wide_group_is_attended(kernel, group, head_dim, dtype):
+    """The value sums run in tiles of a few heads (llm/engine/kernels/paged_attention.cpp): a group
+    that is not a multiple of the tile, or a single head, must still match SDPA head by head."""
+    kv_heads, lengths = 2, [5, 90, 33]
+    generator = torch.Generator().manual_seed(group)
+    key_cache = torch.randn(40, BLOCK, kv_heads, head_dim, generator=generator).to(dtype)
+    value_cache = torch.randn(40, BLOCK, kv_heads, head_dim, generator=generator).to(dtype)
+    tables = torch.randperm(40, generator=generator)[:21].view(3, 7).contiguous()
+    query = torch.randn(len(lengths), kv_heads * group, head_dim, generator=generator).to(dtype)
+    out = run(kernel, query, key_cache, value_cache, tables, torch.tensor(lengths))
+    for row, n in enumerate(lengths):
+        keys = key_cache[tables[row]].reshape(-1, kv_heads, head_dim)[:n].float().transpose(0, 1)
+        values = value_cache[tables[row]].reshape(-1, kv_heads, head_dim)[:n].float().transpose(0, 1)
+        q = query[row].float().view(kv_heads, group, head_dim)
+        expected = F.scaled_dot_product_attention(q, keys, values).reshape(kv_heads * group, head_dim)
+        torch.testing.assert_close(out[row].float(), expected, atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=0)
