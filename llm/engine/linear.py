@@ -140,6 +140,8 @@ def resolve_dense_kernel(choice: str, device: torch.device, dtype: torch.dtype, 
         return "amx"
     if choice == "amx":
         raise KernelUnavailable(f"dense_kernel amx cannot run: {why}")
+    if dtype == torch.bfloat16 and not compiled:
+        logger.info("dense_kernel: auto takes oneDNN's products: %s", why)
     return "onednn"
 
 
